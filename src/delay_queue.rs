@@ -1,0 +1,276 @@
+//! A blocking queue of items that become due at a time (Java's `DelayQueue`).
+//!
+//! # Ground rules
+//!
+//! - One [`Mutex`] guards the heap, the sequence counter and the closed flag; one
+//!   [`Condvar`] wakes pollers. No user code runs under the lock.
+//! - Waiting is never busy: a poller sleeps until the head item is due, its timeout passes,
+//!   an earlier item is offered, or the queue is closed. Delays are converted to a
+//!   [`Duration`] in one place, [`DelayQueue::wait_for`], in nanoseconds.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::Time;
+use crate::time::NANOS_PER_MS;
+
+/// A condvar-based delay queue: items ordered by due time, taken only once due.
+pub(crate) struct DelayQueue<T> {
+    time: Arc<dyn Time>,
+    state: Mutex<State<T>>,
+    available: Condvar,
+}
+
+struct State<T> {
+    heap: BinaryHeap<Reverse<Item<T>>>,
+    /// Breaks ties between equal due times in offer order.
+    next_seq: u64,
+    closed: bool,
+}
+
+struct Item<T> {
+    due_ms: i64,
+    seq: u64,
+    value: T,
+}
+
+impl<T> PartialEq for Item<T> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due_ms, self.seq) == (other.due_ms, other.seq)
+    }
+}
+impl<T> Eq for Item<T> {}
+impl<T> PartialOrd for Item<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Item<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due_ms, self.seq).cmp(&(other.due_ms, other.seq))
+    }
+}
+
+impl<T> DelayQueue<T> {
+    /// Creates an empty queue whose due times are read on `time`'s
+    /// [`hi_res_clock_ms`](Time::hi_res_clock_ms).
+    pub(crate) fn new(time: Arc<dyn Time>) -> Self {
+        DelayQueue {
+            time,
+            state: Mutex::new(State {
+                heap: BinaryHeap::new(),
+                next_seq: 0,
+                closed: false,
+            }),
+            available: Condvar::new(),
+        }
+    }
+
+    /// Adds `value`, due at `due_ms`. Wakes the pollers if it is the new head. Dropped at
+    /// once if the queue is closed.
+    pub(crate) fn offer(&self, value: T, due_ms: i64) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return;
+        }
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.heap.push(Reverse(Item { due_ms, seq, value }));
+        let is_head = state.heap.peek().is_some_and(|head| head.0.seq == seq);
+        drop(state);
+        if is_head {
+            self.available.notify_all();
+        }
+    }
+
+    /// Removes and returns the head and its due time if it is due now; never waits.
+    pub(crate) fn poll(&self) -> Option<(T, i64)> {
+        let mut state = self.state.lock();
+        let now_ms = self.time.hi_res_clock_ms();
+        Self::take_due(&mut state, now_ms)
+    }
+
+    /// Removes and returns the head and its due time once it is due, waiting at most
+    /// `timeout_ms` (zero or negative: not at all). Returns `None` on timeout, or at once
+    /// when the queue is closed.
+    pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<(T, i64)> {
+        let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms.max(0) as u64));
+        let mut state = self.state.lock();
+        loop {
+            if state.closed {
+                return None;
+            }
+            let now_ns = self.time.nanoseconds();
+            let now_ms = now_ns.div_euclid(NANOS_PER_MS);
+            if let Some(due) = Self::take_due(&mut state, now_ms) {
+                return Some(due);
+            }
+            let real_now = Instant::now();
+            let left = match deadline {
+                Some(deadline) if deadline <= real_now => return None,
+                Some(deadline) => deadline - real_now,
+                None => Duration::MAX,
+            };
+            let wait = match state.heap.peek() {
+                Some(head) => left.min(Self::wait_for(head.0.due_ms, now_ns)),
+                None => left,
+            };
+            match Instant::now().checked_add(wait) {
+                Some(until) => {
+                    self.available.wait_until(&mut state, until);
+                }
+                None => self.available.wait(&mut state),
+            }
+        }
+    }
+
+    /// The time from `now_ns` until an item due at `due_ms` is due: the first nanosecond
+    /// whose millisecond reading is `due_ms`.
+    fn wait_for(due_ms: i64, now_ns: i64) -> Duration {
+        let due_ns = due_ms.saturating_mul(NANOS_PER_MS);
+        Duration::from_nanos(due_ns.saturating_sub(now_ns).max(0) as u64)
+    }
+
+    fn take_due(state: &mut State<T>, now_ms: i64) -> Option<(T, i64)> {
+        if state.heap.peek()?.0.due_ms > now_ms {
+            return None;
+        }
+        let Reverse(item) = state.heap.pop()?;
+        Some((item.value, item.due_ms))
+    }
+
+    /// Returns the number of items, due or not.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.state.lock().heap.len()
+    }
+
+    /// Drops every item, refuses later offers and makes every poll, current or future,
+    /// return `None` at once.
+    pub(crate) fn close(&self) {
+        let items = {
+            let mut state = self.state.lock();
+            state.closed = true;
+            std::mem::take(&mut state.heap)
+        };
+        self.available.notify_all();
+        drop(items);
+    }
+}
+
+impl<T> fmt::Debug for DelayQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DelayQueue").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MockTime, SystemClock};
+    use std::thread;
+
+    fn mock_queue() -> (MockTime, DelayQueue<&'static str>) {
+        let time = MockTime::new();
+        (time.clone(), DelayQueue::new(Arc::new(time)))
+    }
+
+    /// Kafka's `TimerTaskListTest.testGetDelay`, in this port's terms: a bucket due 10 s
+    /// from now is not handed out after 5 s, and is after 10 s.
+    #[test]
+    fn a_bucket_is_due_at_its_expiration_and_not_before() {
+        let (time, queue) = mock_queue();
+        queue.offer("bucket", time.hi_res_clock_ms() + 10_000);
+        time.sleep(5_000);
+        assert_eq!(queue.poll(), None);
+        time.sleep(4_999);
+        assert_eq!(queue.poll(), None);
+        time.sleep(1);
+        assert_eq!(queue.poll().map(|(v, _)| v), Some("bucket"));
+    }
+
+    #[test]
+    fn due_items_come_out_in_due_order_then_offer_order() {
+        let (time, queue) = mock_queue();
+        let now = time.hi_res_clock_ms();
+        queue.offer("c", now + 3);
+        queue.offer("a", now + 1);
+        queue.offer("b1", now + 2);
+        queue.offer("b2", now + 2);
+        time.sleep(3);
+        let order: Vec<_> = std::iter::from_fn(|| queue.poll()).collect();
+        assert_eq!(
+            order,
+            [
+                ("a", now + 1),
+                ("b1", now + 2),
+                ("b2", now + 2),
+                ("c", now + 3)
+            ]
+        );
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn poll_timeout_waits_at_least_the_timeout_when_nothing_is_due() {
+        let queue: DelayQueue<u8> = DelayQueue::new(Arc::new(SystemClock));
+        let start = Instant::now();
+        assert_eq!(queue.poll_timeout(30), None);
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_millis(30), "{waited:?}");
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        assert_eq!(queue.poll_timeout(0), None);
+        assert_eq!(queue.poll_timeout(-5), None);
+    }
+
+    #[test]
+    fn poll_timeout_returns_the_head_once_due_not_before() {
+        let queue = DelayQueue::new(Arc::new(SystemClock));
+        let due = SystemClock.hi_res_clock_ms() + 40;
+        queue.offer(7, due);
+        let got = queue.poll_timeout(10_000);
+        assert_eq!(got, Some((7, due)));
+        assert!(SystemClock.hi_res_clock_ms() >= due);
+    }
+
+    #[test]
+    fn an_earlier_offer_wakes_a_waiting_poller() {
+        let queue = Arc::new(DelayQueue::new(Arc::new(SystemClock)));
+        queue.offer("late", SystemClock.hi_res_clock_ms() + 60_000);
+        let poller = {
+            let queue = Arc::clone(&queue);
+            thread::spawn(move || {
+                let start = Instant::now();
+                (queue.poll_timeout(30_000), start.elapsed())
+            })
+        };
+        thread::sleep(Duration::from_millis(50));
+        let due = SystemClock.hi_res_clock_ms() + 20;
+        queue.offer("early", due);
+        let (got, waited) = poller.join().unwrap();
+        assert_eq!(got, Some(("early", due)));
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+    }
+
+    #[test]
+    fn close_wakes_pollers_and_refuses_offers() {
+        let queue = Arc::new(DelayQueue::<u8>::new(Arc::new(SystemClock)));
+        let poller = {
+            let queue = Arc::clone(&queue);
+            thread::spawn(move || queue.poll_timeout(60_000))
+        };
+        thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        queue.close();
+        assert_eq!(poller.join().unwrap(), None);
+        assert!(start.elapsed() < Duration::from_secs(10));
+        queue.offer(1, i64::MIN);
+        assert_eq!(queue.len(), 0);
+        assert_eq!(queue.poll_timeout(60_000), None);
+    }
+}

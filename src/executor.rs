@@ -1,0 +1,134 @@
+//! The thread that runs expired tasks (Kafka's `Executors.newFixedThreadPool(1)`).
+//!
+//! # Ground rules
+//!
+//! - Jobs go to a [`threadpool::ThreadPool`] of one thread named `executor-{name}`.
+//!   A flush hands over its expired tasks in batches, one job per batch, rather than one
+//!   channel send per task.
+//! - `in_flight` counts tasks handed over and not yet finished. It is changed with atomics;
+//!   `idle` (with its mutex) only wakes a `close` that waits for it to reach zero.
+//! - A task's panic is caught, logged at `error!`, and the batch goes on.
+
+use std::cell::Cell;
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use threadpool::ThreadPool;
+
+use crate::TimerTask;
+
+/// The executor of one timer.
+pub(crate) struct Executor {
+    pool: ThreadPool,
+    tracker: Arc<Tracker>,
+}
+
+struct Tracker {
+    in_flight: AtomicUsize,
+    lock: Mutex<()>,
+    idle: Condvar,
+}
+
+thread_local! {
+    /// The tracker of the executor whose job this thread is running (0: none).
+    static RUNNING_FOR: Cell<usize> = const { Cell::new(0) };
+}
+
+impl Executor {
+    /// Starts the executor thread, named `thread_name`.
+    pub(crate) fn new(thread_name: String) -> Executor {
+        Executor {
+            pool: threadpool::Builder::new()
+                .num_threads(1)
+                .thread_name(thread_name)
+                .build(),
+            tracker: Arc::new(Tracker {
+                in_flight: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                idle: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Hands one task to the executor thread.
+    pub(crate) fn submit(&self, task: Box<dyn TimerTask>) {
+        self.submit_batch(vec![task]);
+    }
+
+    /// Hands `tasks` to the executor thread, to run in order.
+    pub(crate) fn submit_batch(&self, tasks: Vec<Box<dyn TimerTask>>) {
+        if tasks.is_empty() {
+            return;
+        }
+        let count = tasks.len();
+        self.tracker.in_flight.fetch_add(count, Ordering::AcqRel);
+        let tracker = Arc::clone(&self.tracker);
+        self.pool.execute(move || {
+            let id = Arc::as_ptr(&tracker) as usize;
+            RUNNING_FOR.with(|running| running.set(id));
+            for task in tasks {
+                run_task(task);
+            }
+            RUNNING_FOR.with(|running| running.set(0));
+            tracker.finished(count);
+        });
+    }
+
+    /// True if the calling thread is this executor's, inside one of its jobs.
+    pub(crate) fn is_current_thread(&self) -> bool {
+        let id = Arc::as_ptr(&self.tracker) as usize;
+        RUNNING_FOR.with(|running| running.get() == id)
+    }
+
+    /// Waits until every task handed over so far has finished, or `timeout` passes.
+    /// Returns the number still unfinished.
+    pub(crate) fn wait_idle(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut guard = self.tracker.lock.lock();
+        loop {
+            let left = self.tracker.in_flight.load(Ordering::Acquire);
+            if left == 0
+                || self
+                    .tracker
+                    .idle
+                    .wait_until(&mut guard, deadline)
+                    .timed_out()
+            {
+                return self.tracker.in_flight.load(Ordering::Acquire);
+            }
+        }
+    }
+}
+
+impl Tracker {
+    fn finished(&self, count: usize) {
+        if self.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
+            let _guard = self.lock.lock();
+            self.idle.notify_all();
+        }
+    }
+}
+
+/// Runs one task, catching and logging a panic.
+fn run_task(task: Box<dyn TimerTask>) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task.run())) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        log::error!("timer task panicked: {message}");
+    }
+}
+
+impl fmt::Debug for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executor")
+            .field("in_flight", &self.tracker.in_flight.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,99 @@
+//! A faithful, threaded port of Apache Kafka's hierarchical timing-wheel timer
+//! (`SystemTimer`): O(1) to start a timeout, O(1) to cancel it, one thread advancing time.
+//!
+//! Services keep millions of pending timeouts — request deadlines, delayed operations,
+//! "re-check this order in 30 minutes" — and nearly all of them are cancelled before they
+//! fire. A timing wheel makes both ends of that life constant-time.
+//!
+//! # Hello, timer
+//!
+//! ```
+//! use std::sync::mpsc;
+//! use timingwheel::{timer_task, SystemTimer, SystemTimerReaper, Timer};
+//!
+//! // A SystemTimer with its own driver thread, as Kafka's purgatory uses it.
+//! let timer = SystemTimerReaper::new("reaper", SystemTimer::new("orders"));
+//! let (expired_tx, expired_rx) = mpsc::channel();
+//!
+//! // Schedule a check for order 7 in 20 ms, and one for order 8 in 30 minutes.
+//! let tx = expired_tx.clone();
+//! timer.add(timer_task(20, move || tx.send(7).unwrap()));
+//! let check8 = timer.add(timer_task(30 * 60 * 1000, move || expired_tx.send(8).unwrap()));
+//!
+//! // Order 8 is paid: cancel its check. O(1), and the task is freed at once.
+//! assert!(check8.cancel());
+//! assert_eq!(expired_rx.recv().unwrap(), 7);
+//! timer.close();
+//! ```
+//!
+//! # Driving the timer
+//!
+//! A [`SystemTimer`] does not advance by itself: one thread calls
+//! [`advance_clock`](Timer::advance_clock) in a loop, as Kafka does:
+//!
+//! ```no_run
+//! # use timingwheel::{SystemTimer, Timer};
+//! # let timer = SystemTimer::new("purgatory");
+//! # let running = || true;
+//! while running() {
+//!     timer.advance_clock(200);
+//! }
+//! ```
+//!
+//! or a [`SystemTimerReaper`] does it on a thread of its own. Expired tasks run on the
+//! timer's executor thread (`executor-{name}`), never on the driving thread.
+//!
+//! # Testing code that uses a timer
+//!
+//! [`MockTimer`] runs tasks on the caller's thread when a test moves its [`MockTime`];
+//! nothing sleeps and nothing races. [`SystemTimer::builder`] can also put the real wheel on
+//! a `MockTime`.
+//!
+//! # Guarantees
+//!
+//! - Exactly once: every task added to an open timer is either run once or cancelled once
+//!   (one [`TimerTaskEntry::cancel`] returns true), never both, also when a cancel races
+//!   with expiry.
+//! - Cancel is O(1) and drops the task inside the call.
+//! - No early firing: with the default 1 ms tick, no task runs before the instant of its
+//!   `add` plus its delay (with a coarser tick, not before `expiration_ms - tick_ms`).
+//! - Extreme delays (`i64::MIN`, `i64::MAX`) saturate; nothing overflows.
+//! - A panicking task is caught and logged; the executor keeps going.
+//! - After [`close`](Timer::close), `add` runs nothing and returns a cancelled entry,
+//!   `advance_clock` returns false at once, and waiting tasks are dropped.
+//!
+//! # Implementation
+//!
+//! Hierarchical timing wheels are due to Varghese and Lauck, "Hashed and Hierarchical
+//! Timing Wheels: Data Structures for the Efficient Implementation of a Timer Facility"
+//! (SOSP 1987). Kafka combines them with a `DelayQueue` of buckets, so the driving thread
+//! sleeps until the next non-empty bucket is due instead of ticking through empty ones;
+//! its request purgatory keeps millions of delayed operations on it. This crate ports
+//! Kafka's `SystemTimer`, `TimingWheel`, `TimerTaskList`, `TimerTaskEntry`,
+//! `SystemTimerReaper`, `MockTime` and `MockTimer` (Apache License 2.0), keeping their
+//! names and structure. Entries live in a sharded slab and are linked by index, so an entry
+//! costs one 40-byte slot and no allocation of its own; see `docs/design.md`.
+
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms)]
+
+mod delay_queue;
+mod entry_store;
+mod executor;
+mod mock_timer;
+mod system_timer;
+mod system_timer_reaper;
+mod time;
+mod timer;
+mod timer_task;
+mod timer_task_entry;
+mod timer_task_list;
+mod timing_wheel;
+
+pub use mock_timer::{MockTime, MockTimer};
+pub use system_timer::{SystemTimer, SystemTimerBuilder};
+pub use system_timer_reaper::SystemTimerReaper;
+pub use time::{SystemClock, Time, hi_res_clock_ms};
+pub use timer::Timer;
+pub use timer_task::{FnTask, TimerTask, timer_task};
+pub use timer_task_entry::TimerTaskEntry;

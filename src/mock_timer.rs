@@ -1,0 +1,313 @@
+//! Kafka's test fixtures `MockTime` and `MockTimer`, as public API for users' own tests.
+//!
+//! # Ground rules
+//!
+//! - A [`MockTimer`]'s pending tasks sit in one [`Mutex`]-guarded map, ordered by
+//!   expiration, then by insertion. Tasks run on the caller's thread with that lock
+//!   released, so a task may add to, cancel on, or advance its own timer.
+//! - As in [`SystemTimer`](crate::SystemTimer), a task is taken out of the map under the
+//!   lock exactly once, by whoever runs or cancels it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::time::NANOS_PER_MS;
+use crate::timer_task_entry::{EntryKey, EntryOwner};
+use crate::{Time, Timer, TimerTask, TimerTaskEntry};
+
+/// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
+///
+/// Clones share one clock. [`sleep`](MockTime::sleep) moves it forward and returns at once.
+///
+/// # Examples
+///
+/// ```
+/// use timingwheel::MockTime;
+///
+/// let time = MockTime::new();
+/// let shared = time.clone();
+/// let start = time.hi_res_clock_ms();
+/// shared.sleep(1_500);
+/// assert_eq!(time.hi_res_clock_ms(), start + 1_500);
+/// assert_eq!(MockTime::new().hi_res_clock_ms(), start, "every new clock starts at the same value");
+/// ```
+#[derive(Clone)]
+pub struct MockTime {
+    clock: Arc<MockClock>,
+}
+
+struct MockClock {
+    wall_ms: AtomicI64,
+    nanos: AtomicI64,
+}
+
+impl MockTime {
+    /// The wall clock of a new `MockTime`: 2020-09-13T12:26:40Z, in ms since the epoch.
+    const START_WALL_MS: i64 = 1_600_000_000_000;
+    /// The monotonic clock of a new `MockTime`, in ns (10^6 ms).
+    const START_NANOS: i64 = 1_000_000 * NANOS_PER_MS;
+
+    /// Creates a clock at a fixed start: the same for every new `MockTime`.
+    pub fn new() -> MockTime {
+        MockTime {
+            clock: Arc::new(MockClock {
+                wall_ms: AtomicI64::new(Self::START_WALL_MS),
+                nanos: AtomicI64::new(Self::START_NANOS),
+            }),
+        }
+    }
+
+    /// Returns the wall clock, in milliseconds since the Unix epoch.
+    pub fn milliseconds(&self) -> i64 {
+        self.clock.wall_ms.load(Ordering::SeqCst)
+    }
+
+    /// Returns the monotonic clock, in milliseconds.
+    pub fn hi_res_clock_ms(&self) -> i64 {
+        self.nanoseconds().div_euclid(NANOS_PER_MS)
+    }
+
+    /// Returns the monotonic clock, in nanoseconds.
+    pub fn nanoseconds(&self) -> i64 {
+        self.clock.nanos.load(Ordering::SeqCst)
+    }
+
+    /// Moves both clocks forward by `ms` milliseconds (saturating); never blocks.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `ms` is negative: a clock never goes back.
+    #[track_caller]
+    pub fn sleep(&self, ms: i64) {
+        assert!(
+            ms >= 0,
+            "MockTime::sleep: ms must not be negative, got {ms}"
+        );
+        let nanos = ms.saturating_mul(NANOS_PER_MS);
+        let add = |clock: &AtomicI64, by: i64| {
+            let _ = clock.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
+        };
+        add(&self.clock.wall_ms, ms);
+        add(&self.clock.nanos, nanos);
+    }
+}
+
+impl Default for MockTime {
+    fn default() -> Self {
+        MockTime::new()
+    }
+}
+
+impl Time for MockTime {
+    fn milliseconds(&self) -> i64 {
+        MockTime::milliseconds(self)
+    }
+
+    fn nanoseconds(&self) -> i64 {
+        MockTime::nanoseconds(self)
+    }
+
+    fn hi_res_clock_ms(&self) -> i64 {
+        MockTime::hi_res_clock_ms(self)
+    }
+
+    fn sleep(&self, ms: i64) {
+        MockTime::sleep(self, ms)
+    }
+}
+
+impl fmt::Debug for MockTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockTime")
+            .field("milliseconds", &self.milliseconds())
+            .field("nanoseconds", &self.nanoseconds())
+            .finish()
+    }
+}
+
+/// Kafka's `MockTimer`: a deterministic timer for users' own tests.
+///
+/// Nothing runs in the background. [`add`](Timer::add) of a task whose delay is zero or
+/// negative runs it at once, on the caller's thread. [`advance_clock(t)`](Timer::advance_clock)
+/// moves [`time`](MockTimer::time) forward by `t` ms, then runs every pending task with
+/// `expiration_ms <= now`, on the caller's thread, in expiration order (ties: insertion
+/// order), including tasks that those tasks add while it runs, and returns whether any ran.
+/// Cancellation through the returned [`TimerTaskEntry`] works exactly as on
+/// [`SystemTimer`](crate::SystemTimer).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use timingwheel::{timer_task, MockTimer, Timer};
+///
+/// let timer = MockTimer::new();
+/// let log = Arc::new(Mutex::new(Vec::new()));
+/// for (name, delay) in [("b", 20), ("a", 10), ("c", 20)] {
+///     let log = log.clone();
+///     timer.add(timer_task(delay, move || log.lock().unwrap().push(name)));
+/// }
+/// assert!(!timer.advance_clock(9));
+/// assert!(timer.advance_clock(11));
+/// assert_eq!(*log.lock().unwrap(), ["a", "b", "c"]);
+/// ```
+///
+/// # Differences from Kafka
+///
+/// Kafka's `MockTimer` fires a task only once the clock is strictly past its expiration;
+/// this one fires it at its expiration, as `SystemTimer` does. A panic in a task is not
+/// caught: it reaches the test that called `add` or `advance_clock`.
+pub struct MockTimer {
+    time: MockTime,
+    state: Arc<MockState>,
+}
+
+struct MockState {
+    pending: Mutex<Pending>,
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Tasks by (expiration, insertion number).
+    by_expiration: BTreeMap<(i64, u64), Box<dyn TimerTask>>,
+    /// Expiration by insertion number, for cancellation.
+    expiration_of: HashMap<u64, i64>,
+    next_seq: u64,
+}
+
+impl MockTimer {
+    /// Creates a timer on a new [`MockTime`].
+    pub fn new() -> MockTimer {
+        MockTimer::with_time(MockTime::new())
+    }
+
+    /// Creates a timer on `time`, which the caller may keep a clone of.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{MockTime, MockTimer, Timer};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = MockTimer::with_time(time.clone());
+    /// timer.advance_clock(5);
+    /// assert_eq!(time.hi_res_clock_ms(), MockTime::new().hi_res_clock_ms() + 5);
+    /// ```
+    pub fn with_time(time: MockTime) -> MockTimer {
+        MockTimer {
+            time,
+            state: Arc::new(MockState {
+                pending: Mutex::new(Pending {
+                    next_seq: 1,
+                    ..Pending::default()
+                }),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Returns the timer's clock.
+    pub fn time(&self) -> &MockTime {
+        &self.time
+    }
+
+    /// Takes the first pending task due at `now_ms`, if any.
+    fn take_due(&self, now_ms: i64) -> Option<Box<dyn TimerTask>> {
+        let mut pending = self.state.pending.lock();
+        let entry = pending.by_expiration.first_entry()?;
+        if entry.key().0 > now_ms {
+            return None;
+        }
+        let ((_, seq), task) = entry.remove_entry();
+        pending.expiration_of.remove(&seq);
+        Some(task)
+    }
+}
+
+impl Default for MockTimer {
+    fn default() -> Self {
+        MockTimer::new()
+    }
+}
+
+impl EntryOwner for MockState {
+    fn take_pending(&self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
+        let mut pending = self.pending.lock();
+        let expiration_ms = pending.expiration_of.remove(&key.generation)?;
+        pending
+            .by_expiration
+            .remove(&(expiration_ms, key.generation))
+    }
+}
+
+impl Timer for MockTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+        if self.state.closed.load(Ordering::Acquire) {
+            drop(task);
+            return TimerTaskEntry::refused(expiration_ms);
+        }
+        if delay_ms <= 0 {
+            task.run();
+            return TimerTaskEntry::expired(expiration_ms);
+        }
+        let mut pending = self.state.pending.lock();
+        let seq = pending.next_seq;
+        pending.next_seq += 1;
+        pending.by_expiration.insert((expiration_ms, seq), task);
+        pending.expiration_of.insert(seq, expiration_ms);
+        drop(pending);
+        let owner: Arc<dyn EntryOwner> = Arc::<MockState>::clone(&self.state);
+        TimerTaskEntry::pending(
+            owner,
+            EntryKey {
+                index: 0,
+                generation: seq,
+            },
+            expiration_ms,
+        )
+    }
+
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        if self.state.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        self.time.sleep(timeout_ms.max(0));
+        let now_ms = self.time.hi_res_clock_ms();
+        let mut ran = false;
+        while let Some(task) = self.take_due(now_ms) {
+            task.run();
+            ran = true;
+        }
+        ran
+    }
+
+    fn size(&self) -> usize {
+        self.state.pending.lock().by_expiration.len()
+    }
+
+    fn close(&self) {
+        if self.state.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let dropped = std::mem::take(&mut *self.state.pending.lock());
+        drop(dropped);
+    }
+}
+
+impl fmt::Debug for MockTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockTimer")
+            .field("time", &self.time)
+            .field("closed", &self.state.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}

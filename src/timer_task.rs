@@ -1,0 +1,125 @@
+//! The unit of delayed work (Kafka's `TimerTask`).
+
+use std::fmt;
+
+/// A unit of delayed work, like Kafka's `TimerTask`.
+///
+/// A task is handed to [`Timer::add`](crate::Timer::add) as a `Box<dyn TimerTask>`. The timer
+/// asks for [`delay_ms`](TimerTask::delay_ms) once, inside `add`, and later either calls
+/// [`run`](TimerTask::run) exactly once on its executor thread, or drops the task without
+/// running it (when it is cancelled, or when the timer is closed first).
+///
+/// For a closure, [`timer_task`] saves writing a struct.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// use timingwheel::{MockTimer, Timer, TimerTask};
+///
+/// struct Expire {
+///     order_id: u64,
+///     expired: Arc<AtomicBool>,
+/// }
+///
+/// impl TimerTask for Expire {
+///     fn delay_ms(&self) -> i64 {
+///         30_000
+///     }
+///     fn run(self: Box<Self>) {
+///         assert_eq!(self.order_id, 7);
+///         self.expired.store(true, Ordering::SeqCst);
+///     }
+/// }
+///
+/// let timer = MockTimer::new();
+/// let expired = Arc::new(AtomicBool::new(false));
+/// timer.add(Box::new(Expire { order_id: 7, expired: expired.clone() }));
+/// timer.advance_clock(30_000);
+/// assert!(expired.load(Ordering::SeqCst));
+/// ```
+pub trait TimerTask: Send + 'static {
+    /// Returns the delay, in milliseconds, from the moment of [`Timer::add`](crate::Timer::add).
+    ///
+    /// Zero or negative means the task is already expired: it runs as soon as possible.
+    fn delay_ms(&self) -> i64;
+
+    /// Does the work. Called at most once, on the timer's executor thread, when the task
+    /// expires. A panic here is caught and logged; the executor goes on with other tasks.
+    fn run(self: Box<Self>);
+}
+
+/// Creates a task that calls `f` once, `delay_ms` after it is added to a timer.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use timingwheel::{timer_task, MockTimer, Timer};
+///
+/// let timer = MockTimer::new();
+/// let fired = Arc::new(AtomicUsize::new(0));
+/// let counter = fired.clone();
+/// let entry = timer.add(timer_task(30_000, move || {
+///     counter.fetch_add(1, Ordering::SeqCst);
+/// }));
+/// assert_eq!(entry.expiration_ms(), timer.time().hi_res_clock_ms() + 30_000);
+/// timer.advance_clock(29_999);
+/// assert_eq!(fired.load(Ordering::SeqCst), 0);
+/// timer.advance_clock(1);
+/// assert_eq!(fired.load(Ordering::SeqCst), 1);
+/// ```
+pub fn timer_task<F>(delay_ms: i64, f: F) -> Box<dyn TimerTask>
+where
+    F: FnOnce() + Send + 'static,
+{
+    Box::new(FnTask::new(delay_ms, f))
+}
+
+/// A [`TimerTask`] made of a delay and a closure; see [`timer_task`].
+pub struct FnTask<F> {
+    delay_ms: i64,
+    f: F,
+}
+
+impl<F> FnTask<F>
+where
+    F: FnOnce() + Send + 'static,
+{
+    /// Creates a task that calls `f` once, `delay_ms` after it is added to a timer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{FnTask, TimerTask};
+    ///
+    /// let task = FnTask::new(250, || {});
+    /// assert_eq!(task.delay_ms(), 250);
+    /// ```
+    pub fn new(delay_ms: i64, f: F) -> FnTask<F> {
+        FnTask { delay_ms, f }
+    }
+}
+
+impl<F> TimerTask for FnTask<F>
+where
+    F: FnOnce() + Send + 'static,
+{
+    fn delay_ms(&self) -> i64 {
+        self.delay_ms
+    }
+
+    fn run(self: Box<Self>) {
+        (self.f)()
+    }
+}
+
+impl<F> fmt::Debug for FnTask<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTask")
+            .field("delay_ms", &self.delay_ms)
+            .finish_non_exhaustive()
+    }
+}
