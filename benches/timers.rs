@@ -1,0 +1,293 @@
+//! Criterion micro-benchmarks: `add`, `add` + `cancel`, and two threads adding at once, on
+//! `SystemTimer` and, in the same run, on a `Mutex<BinaryHeap>` timer, a `Mutex<BTreeMap>`
+//! timer and tokio-util's `DelayQueue`.
+//!
+//! Every case first builds N pending timers (delays uniform in 1–30,000 ms, fixed seed) and
+//! keeps them there: the timed operations run in chunks, and between chunks (untimed) the
+//! timers a chunk added are cancelled again, so the population stays within a few percent
+//! of N. Nothing is driven during the timed part, so nothing expires.
+//!
+//! `cargo bench --bench timers` for everything; `TIMINGWHEEL_BENCH_QUICK=1` for a reduced
+//! set that runs in seconds.
+
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use tokio_util::time::DelayQueue;
+
+use common::{BTreeTimer, BenchTimer, HeapTimer, delays, quick, task, tokio_runtime};
+use timingwheel::SystemTimer;
+
+/// Delays cycle through a table of this many entries.
+const DELAY_TABLE: usize = 1 << 16;
+
+fn sizes() -> Vec<usize> {
+    if quick() {
+        vec![1_000, 10_000]
+    } else {
+        vec![1_000, 10_000, 100_000, 1_000_000, 10_000_000]
+    }
+}
+
+/// Operations timed between two untimed upkeep steps.
+fn chunk(n: usize) -> usize {
+    (n / 10).clamp(100, 10_000)
+}
+
+fn config() -> Criterion {
+    let base = Criterion::default();
+    if quick() {
+        base.sample_size(10)
+            .warm_up_time(Duration::from_millis(100))
+            .measurement_time(Duration::from_millis(300))
+    } else {
+        base.sample_size(20)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2))
+    }
+}
+
+/// A timer of kind `T` with `n` pending timers, and the delay table.
+fn populated<T: BenchTimer>(make: impl Fn() -> T, n: usize, delays: &[i64]) -> (T, Vec<T::Handle>) {
+    let timer = make();
+    let handles = (0..n)
+        .map(|i| timer.add(task(delays[i % DELAY_TABLE])))
+        .collect();
+    (timer, handles)
+}
+
+/// `iters` adds in chunks; returns the time spent in the adds only.
+fn time_adds<T: BenchTimer>(
+    timer: &T,
+    iters: u64,
+    n: usize,
+    delays: &[i64],
+    at: &mut usize,
+) -> Duration {
+    let chunk = chunk(n);
+    let mut handles = Vec::with_capacity(chunk);
+    let mut left = iters as usize;
+    let mut spent = Duration::ZERO;
+    while left > 0 {
+        let k = left.min(chunk);
+        let start = Instant::now();
+        for _ in 0..k {
+            handles.push(timer.add(task(delays[*at % DELAY_TABLE])));
+            *at += 1;
+        }
+        spent += start.elapsed();
+        for handle in handles.drain(..) {
+            black_box(timer.cancel(&handle));
+        }
+        timer.maintain();
+        left -= k;
+    }
+    spent
+}
+
+/// `iters` add-then-cancel pairs in chunks.
+fn time_add_cancels<T: BenchTimer>(
+    timer: &T,
+    iters: u64,
+    n: usize,
+    delays: &[i64],
+    at: &mut usize,
+) -> Duration {
+    let chunk = chunk(n);
+    let mut left = iters as usize;
+    let mut spent = Duration::ZERO;
+    while left > 0 {
+        let k = left.min(chunk);
+        let start = Instant::now();
+        for _ in 0..k {
+            let handle = timer.add(task(delays[*at % DELAY_TABLE]));
+            black_box(timer.cancel(&handle));
+            *at += 1;
+        }
+        spent += start.elapsed();
+        timer.maintain();
+        left -= k;
+    }
+    spent
+}
+
+fn bench_kind<T: BenchTimer>(c: &mut Criterion, name: &str, make: impl Fn() -> T, delays: &[i64]) {
+    for n in sizes() {
+        let (timer, pending) = populated(&make, n, delays);
+        let mut at = n;
+        let mut group = c.benchmark_group("add");
+        if n >= 1_000_000 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            b.iter_custom(|iters| time_adds(&timer, iters, n, delays, &mut at))
+        });
+        group.finish();
+        let mut group = c.benchmark_group("add_cancel");
+        if n >= 1_000_000 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::new(name, n), &n, |b, &n| {
+            b.iter_custom(|iters| time_add_cancels(&timer, iters, n, delays, &mut at))
+        });
+        group.finish();
+        drop(pending);
+        drop(timer);
+    }
+}
+
+fn bench_tokio(c: &mut Criterion, delays: &[i64]) {
+    let runtime = tokio_runtime();
+    let _context = runtime.enter();
+    for n in sizes() {
+        let mut queue = DelayQueue::new();
+        let pending: Vec<_> = (0..n)
+            .map(|i| {
+                let delay = delays[i % DELAY_TABLE];
+                queue.insert(delay as u64, Duration::from_millis(delay as u64))
+            })
+            .collect();
+        let mut at = n;
+        let chunk = chunk(n);
+        let mut group = c.benchmark_group("add");
+        if n >= 1_000_000 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::new("tokio-util", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let mut keys = Vec::with_capacity(chunk);
+                let mut left = iters as usize;
+                let mut spent = Duration::ZERO;
+                while left > 0 {
+                    let k = left.min(chunk);
+                    let start = Instant::now();
+                    for _ in 0..k {
+                        let delay = delays[at % DELAY_TABLE];
+                        keys.push(queue.insert(delay as u64, Duration::from_millis(delay as u64)));
+                        at += 1;
+                    }
+                    spent += start.elapsed();
+                    for key in keys.drain(..) {
+                        black_box(queue.remove(&key));
+                    }
+                    left -= k;
+                }
+                spent
+            })
+        });
+        group.finish();
+        let mut group = c.benchmark_group("add_cancel");
+        if n >= 1_000_000 {
+            group.sample_size(10);
+        }
+        group.bench_with_input(BenchmarkId::new("tokio-util", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    let delay = delays[at % DELAY_TABLE];
+                    let key = queue.insert(delay as u64, Duration::from_millis(delay as u64));
+                    black_box(queue.remove(&key));
+                    at += 1;
+                }
+                start.elapsed()
+            })
+        });
+        group.finish();
+        drop(pending);
+    }
+}
+
+/// Pending population for the threaded case.
+const THREADED_N: usize = 100_000;
+
+/// `threads` threads each doing `iters` adds at once, in chunks that start together (a
+/// barrier between chunks; cancels untimed). Returns the sum over chunks of the slowest
+/// thread's time: the wall time of `threads * iters` adds.
+fn time_threaded_adds<T: BenchTimer>(
+    timer: &T,
+    threads: usize,
+    iters: u64,
+    delays: &[i64],
+) -> Duration {
+    let chunk = chunk(THREADED_N);
+    let rounds = (iters as usize).div_ceil(chunk);
+    let barrier = Barrier::new(threads);
+    let per_thread: Vec<Vec<Duration>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut at = t * 7919;
+                    let mut times = Vec::with_capacity(rounds);
+                    let mut handles = Vec::with_capacity(chunk);
+                    let mut left = iters as usize;
+                    while left > 0 {
+                        let k = left.min(chunk);
+                        barrier.wait();
+                        let start = Instant::now();
+                        for _ in 0..k {
+                            handles.push(timer.add(task(delays[at % DELAY_TABLE])));
+                            at += 1;
+                        }
+                        times.push(start.elapsed());
+                        barrier.wait();
+                        for handle in handles.drain(..) {
+                            black_box(timer.cancel(&handle));
+                        }
+                        left -= k;
+                    }
+                    times
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    timer.maintain();
+    (0..rounds)
+        .map(|r| per_thread.iter().map(|times| times[r]).max().unwrap())
+        .sum()
+}
+
+fn bench_threaded_kind<T: BenchTimer>(
+    c: &mut Criterion,
+    name: &str,
+    make: impl Fn() -> T,
+    delays: &[i64],
+) {
+    let (timer, pending) = populated(&make, THREADED_N, delays);
+    let mut group = c.benchmark_group("add_threads");
+    for threads in [1, 2] {
+        // One iteration = one add on each thread; criterion's time per iteration is the
+        // wall time of `threads` adds.
+        group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
+            b.iter_custom(|iters| time_threaded_adds(&timer, threads, iters, delays))
+        });
+    }
+    group.finish();
+    drop(pending);
+}
+
+fn benches(c: &mut Criterion) {
+    let delays = delays(DELAY_TABLE, 1, 30_000);
+    bench_kind(c, "wheel", || SystemTimer::new("bench"), &delays);
+    bench_kind(c, "heap", HeapTimer::new, &delays);
+    bench_kind(c, "btree", BTreeTimer::new, &delays);
+    bench_tokio(c, &delays);
+    bench_threaded_kind(c, "wheel", || SystemTimer::new("bench"), &delays);
+    bench_threaded_kind(c, "heap", HeapTimer::new, &delays);
+    bench_threaded_kind(c, "btree", BTreeTimer::new, &delays);
+}
+
+criterion_group! {
+    name = group;
+    config = config();
+    targets = benches
+}
+criterion_main!(group);
