@@ -398,15 +398,21 @@ impl EntryStore {
             .sum()
     }
 
+    /// Locks every shard, in shard order (the one order in which more than one shard is
+    /// ever locked).
+    pub(crate) fn lock_all(&self) -> AllShards<'_> {
+        AllShards(self.shards.iter().map(|shard| shard.lock()).collect())
+    }
+}
+
+/// Every shard of a store, locked: proof that no add, cancel or flush is running.
+pub(crate) struct AllShards<'a>(Vec<ShardGuard<'a>>);
+
+impl AllShards<'_> {
     /// Empties every shard and returns what it held. The caller drops it once it holds no
     /// lock at all: dropping runs the tasks' `Drop`, which may call back into the timer.
-    pub(crate) fn clear(&self) -> Cleared {
-        Cleared(
-            self.shards
-                .iter()
-                .map(|shard| shard.lock().clear())
-                .collect(),
-        )
+    pub(crate) fn clear(&mut self) -> Cleared {
+        Cleared(self.0.iter_mut().map(|slab| slab.clear()).collect())
     }
 }
 

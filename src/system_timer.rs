@@ -3,12 +3,20 @@
 //!
 //! # Ground rules
 //!
-//! - `timing_wheel` is the one [`RwLock`]: [`Timer::add`] holds it for reading (many adds
-//!   at once), [`Timer::advance_clock`] and [`Timer::close`] for writing. Lock order: the
-//!   wheel, then one shard of the entry store, then the delay queue's mutex. No user code
-//!   runs, and no task is dropped, under any of them.
-//! - `closed` only goes from false to true, under the write lock; `add` and
-//!   `advance_clock` read it under the lock, so none of them acts on a closed timer.
+//! - The entry store's shard locks guard the wheel too (Kafka's read/write lock, striped):
+//!   [`Timer::add`] locks only the shard of its thread, so adds on different threads share
+//!   no lock word; moving the wheels' clocks, and [`Timer::close`], lock every shard
+//!   ([`EntryStore::lock_all`]). `advancing` serializes [`Timer::advance_clock`] and
+//!   `close` with each other (Kafka's write lock did that too). Lock order: `advancing`,
+//!   then the shards in shard order, then the delay queue's mutex. No user code runs, and
+//!   no task is dropped, under any of them.
+//! - A flush no longer excludes adds: an add on another shard (or between two chunks of a
+//!   flush on the same shard) sees the wheels either before or after a clock move, never
+//!   half of one, and lands in the right bucket either way. A bucket being flushed may be
+//!   offered to the delay queue again meanwhile; a second, empty flush of it is harmless.
+//! - `closed` only goes from false to true, with every shard locked; `add` reads it under
+//!   its shard's lock and `advance_clock` under `advancing`, so none of them acts on a
+//!   closed timer.
 //! - An entry's life: `add` stores it in a shard and links it into a bucket (or, already
 //!   expired, hands its task straight to the executor). The bucket is offered to the delay
 //!   queue when its expiration changes. `advance_clock` takes due buckets from the queue,
@@ -22,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::Mutex;
 
 use crate::delay_queue::DelayQueue;
 use crate::entry_store::{EntryStore, Slab};
@@ -83,10 +91,12 @@ pub struct SystemTimer {
     store: EntryStore,
     /// Due buckets. Has its own lock.
     delay_queue: Arc<BucketQueue>,
-    /// Guarded by itself: read for `add`, write for `advance_clock` and `close`.
-    timing_wheel: RwLock<TimingWheel>,
+    /// Guarded by the store's shard locks: one for `add`, all to move its clocks.
+    timing_wheel: TimingWheel,
+    /// Held by `advance_clock` and `close` for their whole run.
+    advancing: Mutex<()>,
     executor: Executor,
-    /// Set once, under the write lock of `timing_wheel`.
+    /// Set once, with `advancing` and every shard locked.
     closed: AtomicBool,
 }
 
@@ -192,25 +202,24 @@ fn add_timer_task_entry(
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(task.delay_ms());
-        let wheel = self.timing_wheel.read();
+        let shard = self.store.local_shard();
+        let mut slab = shard.lock();
         if self.closed.load(Ordering::Acquire) {
-            drop(wheel);
+            drop(slab);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
         }
-        let shard = self.store.local_shard();
-        let mut slab = shard.lock();
         let key = slab.insert(task, expiration_ms);
-        if wheel.add(&mut slab, key.index) {
+        if self.timing_wheel.add(&mut slab, key.index) {
             drop(slab);
             let owner: Arc<dyn EntryOwner> = Arc::<crate::entry_store::Shard>::clone(shard);
             TimerTaskEntry::pending(owner, key, expiration_ms)
         } else {
             let task = slab.remove(key.index);
-            drop(slab);
-            // Still under the read lock, so a concurrent `close` waits for this hand-over
-            // and then for the task.
+            // Still under the shard's lock, so a concurrent `close` waits for this
+            // hand-over and then for the task.
             self.executor.submit(task);
+            drop(slab);
             TimerTaskEntry::expired(expiration_ms)
         }
     }
@@ -222,18 +231,19 @@ impl Timer for SystemTimer {
         let Some(first) = self.delay_queue.poll_timeout(timeout_ms) else {
             return false;
         };
-        let mut wheel = self.timing_wheel.write();
+        let _advancing = self.advancing.lock();
         if self.is_closed() {
             return false;
         }
+        let wheel = &self.timing_wheel;
         let mut expired = Vec::new();
         let mut next = Some(first);
         while let Some((bucket, due_ms)) = next {
             // The due time the bucket was queued with, not its expiration now: the queue
             // only hands out items due by the clock, so the wheels never run ahead of it.
-            wheel.advance_clock(due_ms);
+            wheel.advance_clock(due_ms, &self.store.lock_all());
             bucket.flush(&self.store, |slab, index| {
-                add_timer_task_entry(&wheel, slab, index, &mut expired);
+                add_timer_task_entry(wheel, slab, index, &mut expired);
                 if expired.len() >= EXECUTOR_BATCH {
                     self.executor.submit_batch(std::mem::take(&mut expired));
                 }
@@ -250,12 +260,13 @@ impl Timer for SystemTimer {
 
     fn close(&self) {
         let cleared = {
-            let _wheel = self.timing_wheel.write();
+            let _advancing = self.advancing.lock();
+            let mut all = self.store.lock_all();
             if self.closed.swap(true, Ordering::AcqRel) {
                 return;
             }
             self.delay_queue.close();
-            self.store.clear()
+            all.clear()
         };
         log::debug!(
             "timer {}: closed, dropping the tasks still waiting",
@@ -363,7 +374,8 @@ impl SystemTimerBuilder {
             time: self.time,
             store: EntryStore::new(),
             delay_queue,
-            timing_wheel: RwLock::new(timing_wheel),
+            timing_wheel,
+            advancing: Mutex::new(()),
             closed: AtomicBool::new(false),
         }
     }

@@ -31,9 +31,13 @@
 //!
 //! # Ground rules
 //!
-//! - The whole hierarchy sits behind the timer's `RwLock`: `add` runs under the read lock
-//!   (`&self`), `advance_clock` under the write lock (`&mut self`), so a flush never sees a
-//!   concurrent add, and `current_time_ms` needs no atomics.
+//! - The hierarchy has no lock of its own: the entry store's shard locks guard it. `add`
+//!   runs under the lock of the one shard it links into (`&mut Slab`); `advance_clock`,
+//!   the only writer of `current_time_ms`, runs with every shard locked ([`AllShards`]).
+//!   So an add sees each level's current time either wholly before or wholly after an
+//!   advance, and an add on one shard never waits for an add on another (there is no
+//!   timer-wide lock word for adding threads to share). `current_time_ms` is atomic only
+//!   so that this is safe Rust; the shard locks order its accesses (`Relaxed` suffices).
 //! - The overflow wheel is a [`OnceLock`]: two adds under the read lock may race to create
 //!   it; one wins, both use it.
 //! - Arithmetic saturates. The level whose interval reaches past `i64::MAX` (or a wheel of
@@ -46,10 +50,11 @@
 //! work; Kafka's `/` and `%` would index a negative bucket.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{MAX_LIST_ID, Slab};
+use crate::entry_store::{AllShards, MAX_LIST_ID, Slab};
 use crate::timer_task_list::TimerTaskList;
 
 /// The queue every wheel of a hierarchy offers its buckets to.
@@ -60,7 +65,8 @@ pub(crate) struct TimingWheel {
     tick_ms: i64,
     wheel_size: usize,
     interval_ms: i64,
-    current_time_ms: i64,
+    /// Written only under [`AllShards`]; read under at least one shard's lock.
+    current_time_ms: AtomicI64,
     buckets: Box<[Arc<TimerTaskList>]>,
     /// The first bucket id of this level; level `k` uses ids `k * wheel_size ..`.
     first_bucket_id: u32,
@@ -107,7 +113,7 @@ impl TimingWheel {
             tick_ms,
             wheel_size,
             interval_ms: tick_ms.saturating_mul(size),
-            current_time_ms: round_down(start_ms, tick_ms),
+            current_time_ms: AtomicI64::new(round_down(start_ms, tick_ms)),
             buckets: (0..wheel_size)
                 .map(|i| Arc::new(TimerTaskList::new(first_bucket_id + i as u32)))
                 .collect(),
@@ -122,7 +128,7 @@ impl TimingWheel {
             Box::new(TimingWheel::level(
                 self.interval_ms,
                 self.wheel_size,
-                self.current_time_ms,
+                self.current_time_ms(),
                 Arc::clone(&self.queue),
                 self.first_bucket_id + self.wheel_size as u32,
             ))
@@ -131,7 +137,7 @@ impl TimingWheel {
 
     /// True if this level keeps every entry past its own range (nothing above it).
     fn is_top(&self) -> bool {
-        self.wheel_size == 1 || self.current_time_ms.saturating_add(self.interval_ms) == i64::MAX
+        self.wheel_size == 1 || self.current_time_ms().saturating_add(self.interval_ms) == i64::MAX
     }
 
     /// Puts the entry in slot `index` of `slab` into its bucket, at this level or above.
@@ -143,10 +149,10 @@ impl TimingWheel {
     /// the store, so it cannot be added.)
     pub(crate) fn add(&self, slab: &mut Slab, index: u32) -> bool {
         let expiration_ms = slab.expiration_ms(index);
-        if expiration_ms < self.current_time_ms.saturating_add(self.tick_ms) {
+        let current_time_ms = self.current_time_ms();
+        if expiration_ms < current_time_ms.saturating_add(self.tick_ms) {
             false
-        } else if expiration_ms < self.current_time_ms.saturating_add(self.interval_ms)
-            || self.is_top()
+        } else if expiration_ms < current_time_ms.saturating_add(self.interval_ms) || self.is_top()
         {
             let virtual_id = expiration_ms.div_euclid(self.tick_ms);
             let bucket = &self.buckets[virtual_id.rem_euclid(self.wheel_size as i64) as usize];
@@ -163,14 +169,20 @@ impl TimingWheel {
     }
 
     /// Moves this level's current time (and its overflow's) to `time_ms`, rounded down to
-    /// a tick, if that is at least one tick ahead.
-    pub(crate) fn advance_clock(&mut self, time_ms: i64) {
-        if time_ms >= self.current_time_ms.saturating_add(self.tick_ms) {
-            self.current_time_ms = round_down(time_ms, self.tick_ms);
-            let current_time_ms = self.current_time_ms;
-            if let Some(overflow) = self.overflow_wheel.get_mut() {
-                overflow.advance_clock(current_time_ms);
+    /// a tick, if that is at least one tick ahead. Every shard must be locked (`all`), so
+    /// no add reads a half-advanced hierarchy.
+    pub(crate) fn advance_clock(&self, time_ms: i64, _all: &AllShards<'_>) {
+        let mut time_ms = time_ms;
+        let mut level = Some(self);
+        // Each level moves to the time its finer neighbour moved to, as long as that is a
+        // tick of its own ahead (Kafka recurses; this walks up the same chain).
+        while let Some(wheel) = level {
+            if time_ms < wheel.current_time_ms().saturating_add(wheel.tick_ms) {
+                break;
             }
+            time_ms = round_down(time_ms, wheel.tick_ms);
+            wheel.current_time_ms.store(time_ms, Ordering::Relaxed);
+            level = wheel.overflow_wheel.get().map(|overflow| &**overflow);
         }
     }
 
@@ -180,9 +192,8 @@ impl TimingWheel {
     }
 
     /// Returns this level's current time.
-    #[cfg(test)]
     pub(crate) fn current_time_ms(&self) -> i64 {
-        self.current_time_ms
+        self.current_time_ms.load(Ordering::Relaxed)
     }
 
     /// Returns the levels created so far, this one first.
@@ -234,7 +245,7 @@ impl fmt::Debug for TimingWheel {
             .field("tick_ms", &self.tick_ms)
             .field("wheel_size", &self.wheel_size)
             .field("interval_ms", &self.interval_ms)
-            .field("current_time_ms", &self.current_time_ms)
+            .field("current_time_ms", &self.current_time_ms())
             .field("overflow_wheel", &self.overflow_wheel.get())
             .finish()
     }
@@ -314,7 +325,7 @@ mod tests {
             self.time.sleep(1);
             let mut fired = Vec::new();
             while let Some((bucket, due_ms)) = self.queue.poll() {
-                self.wheel.advance_clock(due_ms);
+                self.wheel.advance_clock(due_ms, &self.store.lock_all());
                 let wheel = &self.wheel;
                 bucket.flush(&self.store, |slab, index| {
                     if !wheel.add(slab, index) {
