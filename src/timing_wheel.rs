@@ -149,22 +149,31 @@ impl TimingWheel {
     /// the store, so it cannot be added.)
     pub(crate) fn add(&self, slab: &mut Slab, index: u32) -> bool {
         let expiration_ms = slab.expiration_ms(index);
-        let current_time_ms = self.current_time_ms();
-        if expiration_ms < current_time_ms.saturating_add(self.tick_ms) {
-            false
-        } else if expiration_ms < current_time_ms.saturating_add(self.interval_ms) || self.is_top()
-        {
-            let virtual_id = expiration_ms.div_euclid(self.tick_ms);
-            let bucket = &self.buckets[virtual_id.rem_euclid(self.wheel_size as i64) as usize];
-            bucket.add(slab, index);
-            // virtual_id * tick_ms is within [expiration_ms - tick_ms, expiration_ms].
-            let bucket_expiration_ms = virtual_id * self.tick_ms;
-            if bucket.set_expiration(bucket_expiration_ms) {
-                self.queue.offer(Arc::clone(bucket), bucket_expiration_ms);
+        // Kafka recurses into the overflow wheel; this walks up the same chain.
+        let mut wheel = self;
+        loop {
+            let current_time_ms = wheel.current_time_ms();
+            if expiration_ms < current_time_ms.saturating_add(wheel.tick_ms) {
+                return false;
             }
-            true
-        } else {
-            self.overflow_wheel().add(slab, index)
+            if expiration_ms < current_time_ms.saturating_add(wheel.interval_ms) || wheel.is_top() {
+                wheel.add_to_bucket(slab, index, expiration_ms);
+                return true;
+            }
+            wheel = wheel.overflow_wheel();
+        }
+    }
+
+    /// Links the entry into this level's bucket for `expiration_ms`, and offers the bucket
+    /// to the delay queue if its expiration changed.
+    fn add_to_bucket(&self, slab: &mut Slab, index: u32, expiration_ms: i64) {
+        let virtual_id = expiration_ms.div_euclid(self.tick_ms);
+        let bucket = &self.buckets[virtual_id.rem_euclid(self.wheel_size as i64) as usize];
+        bucket.add(slab, index);
+        // virtual_id * tick_ms is within [expiration_ms - tick_ms, expiration_ms].
+        let bucket_expiration_ms = virtual_id * self.tick_ms;
+        if bucket.set_expiration(bucket_expiration_ms) {
+            self.queue.offer(Arc::clone(bucket), bucket_expiration_ms);
         }
     }
 
