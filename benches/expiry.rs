@@ -16,7 +16,8 @@
 //! here: it is single-threaded, so adding 10^6 timers would stall its own expiry.
 //!
 //! `cargo bench --bench expiry`; `TIMINGWHEEL_BENCH_QUICK=1` for 10^4 timers only and a
-//! shorter idle window.
+//! shorter idle window; `TIMINGWHEEL_EXPIRY_ONLY=wheel` (or `heap`, `btree`) and
+//! `TIMINGWHEEL_EXPIRY_N=1000000` to repeat one row.
 
 // This binary reports by printing a table.
 #![allow(clippy::print_stdout)]
@@ -137,6 +138,49 @@ fn expiry<T: BenchTimer>(timer: &T, n: usize) -> ExpiryResult {
     let ran = records.ran.load(Ordering::Acquire);
     assert!(ran >= n, "only {ran} of {n} tasks ran within 30 s");
     let last_run_ns = records.last_run_ns.load(Ordering::Acquire);
+    if std::env::var("TIMINGWHEEL_EXPIRY_DETAIL").is_ok() {
+        // Worst lateness per 100 ms window of deadlines, to see where it builds up.
+        let start_ns = (start - origin()).as_nanos() as i64;
+        let mut worst = vec![0i64; 32];
+        for (deadline, late) in records.deadline_ns[..n]
+            .iter()
+            .zip(&records.lateness_ns[..n])
+        {
+            let window = ((deadline.load(Ordering::Relaxed) - start_ns) / 100_000_000) as usize;
+            let slot = &mut worst[window.min(31)];
+            *slot = (*slot).max(late.load(Ordering::Relaxed));
+        }
+        let shown: Vec<String> = worst
+            .iter()
+            .map(|w| format!("{:.1}", *w as f64 / 1e6))
+            .collect();
+        println!(
+            "worst lateness (ms) per 100 ms of deadlines: {}",
+            shown.join(" ")
+        );
+        let mut late: Vec<(i64, i64)> = records.deadline_ns[..n]
+            .iter()
+            .zip(&records.lateness_ns[..n])
+            .map(|(d, l)| {
+                (
+                    l.load(Ordering::Relaxed),
+                    d.load(Ordering::Relaxed) - start_ns,
+                )
+            })
+            .collect();
+        late.sort_unstable();
+        for (l, d) in late.iter().rev().take(8) {
+            println!(
+                "late {:.2} ms, deadline at +{:.2} ms",
+                *l as f64 / 1e6,
+                *d as f64 / 1e6
+            );
+        }
+        println!(
+            "tasks late > 50 ms: {}",
+            late.iter().filter(|(l, _)| *l > 50_000_000).count()
+        );
+    }
     let mut lateness: Vec<i64> = records.lateness_ns[..n]
         .iter()
         .map(|l| l.load(Ordering::Relaxed))
@@ -180,36 +224,67 @@ fn idle<T: BenchTimer>(timer: &T, window: Duration) -> f64 {
     cpu as f64 / 1e6
 }
 
+/// Runs per row (`TIMINGWHEEL_EXPIRY_RUNS`, default 3; 1 in quick mode).
+fn runs() -> usize {
+    std::env::var("TIMINGWHEEL_EXPIRY_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(if quick() { 1 } else { 3 })
+}
+
+/// The median of `values` (upper median for an even count).
+fn median<V: Copy + PartialOrd>(mut values: Vec<V>) -> V {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    values[values.len() / 2]
+}
+
+/// One table row: each column is the median over [`runs`] fresh timers, except `early`
+/// (the total over all runs); the last column lists every run's p99.
 fn row<T: BenchTimer>(name: &str, make: impl Fn() -> T, n: usize) {
-    let timer = make();
-    let r = expiry(&timer, n);
+    if std::env::var("TIMINGWHEEL_EXPIRY_ONLY").is_ok_and(|only| only != name) {
+        return;
+    }
+    let results: Vec<ExpiryResult> = (0..runs())
+        .map(|_| {
+            let timer = make();
+            let r = expiry(&timer, n);
+            drop(timer);
+            r
+        })
+        .collect();
+    let col = |f: fn(&ExpiryResult) -> Duration| median(results.iter().map(f).collect());
+    let each_p99: Vec<String> = results.iter().map(|r| ms(r.p99)).collect();
     println!(
-        "| {name:<6} | {n:>9} | {:>9} | {:>8} | {:>8} | {:>8} | {:>12.3} | {:>5} | {:>10} |",
-        ms(r.all_ran),
-        ms(r.p50),
-        ms(r.p99),
-        ms(r.max),
-        r.earliest_ns as f64 / 1e6,
-        r.early,
-        ms(r.after_last_deadline),
+        "| {name:<6} | {n:>9} | {:>9} | {:>8} | {:>8} | {:>8} | {:>12.3} | {:>5} | {:>10} | {} |",
+        ms(col(|r| r.all_ran)),
+        ms(col(|r| r.p50)),
+        ms(col(|r| r.p99)),
+        ms(col(|r| r.max)),
+        median(results.iter().map(|r| r.earliest_ns).collect()) as f64 / 1e6,
+        results.iter().map(|r| r.early).sum::<usize>(),
+        ms(col(|r| r.after_last_deadline)),
+        each_p99.join(", "),
     );
-    drop(timer);
 }
 
 fn main() {
     let _ = origin();
-    let sizes: &[usize] = if quick() {
-        &[10_000]
-    } else {
-        &[100_000, 1_000_000]
+    let sizes: Vec<usize> = match std::env::var("TIMINGWHEEL_EXPIRY_N") {
+        Ok(n) => vec![n.parse().expect("TIMINGWHEEL_EXPIRY_N: a number")],
+        Err(_) if quick() => vec![10_000],
+        Err(_) => vec![100_000, 1_000_000],
     };
-    println!("expiry: delays uniform in 1-1000 ms, driver `while advance_clock(200)`; times in ms");
+    println!(
+        "expiry: delays uniform in 1-1000 ms, driver `while advance_clock(200)`; times in ms; \
+         median of {} runs (early: total over the runs)",
+        runs()
+    );
     println!();
     println!(
-        "| timer  |         N | all ran   | p50 late | p99 late | max late | earliest fire | early | after last deadline |"
+        "| timer  |         N | all ran   | p50 late | p99 late | max late | earliest fire | early | after last deadline | p99 of each run |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &n in sizes {
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for &n in &sizes {
         row("wheel", || SystemTimer::new("expiry"), n);
         row("heap", HeapTimer::new, n);
         row("btree", BTreeTimer::new, n);
