@@ -70,6 +70,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// - Expirations are computed from the instant `add` is called, rounded *up* to the next
 ///   millisecond, so with a 1 ms tick no task runs before that instant plus its delay.
 ///   (Kafka reads the clock after taking the lock and rounds down.)
+/// - A task whose delay is zero or negative goes to the executor at once. (Kafka puts it
+///   in the wheel if the wheel's clock lags, as it does after an idle spell, and it then
+///   waits for the next `advance_clock`.)
 /// - A closed timer refuses new tasks (their entries report [`cancelled`]), its
 ///   `advance_clock` returns false at once, and the tasks still waiting are dropped at
 ///   `close`. Kafka's throws `RejectedExecutionException` or keeps them forever.
@@ -191,12 +194,22 @@ fn add_timer_task_entry(
 
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(task.delay_ms());
+        let delay_ms = task.delay_ms();
+        let expiration_ms = if delay_ms <= 0 {
+            self.time.hi_res_clock_ms().saturating_add(delay_ms)
+        } else {
+            hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms)
+        };
         let wheel = self.timing_wheel.read();
         if self.closed.load(Ordering::Acquire) {
             drop(wheel);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
+        }
+        if delay_ms <= 0 {
+            // Already expired, whatever the wheel's clock says (see "Differences").
+            self.executor.submit(task);
+            return TimerTaskEntry::expired(expiration_ms);
         }
         let shard = self.store.local_shard();
         let mut slab = shard.lock();
