@@ -22,11 +22,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use timingwheel::{SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task};
+use timingwheel::{
+    MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
+};
 
 /// Loose upper bound for anything that should happen "soon" on a busy 2-core machine.
 const SOON: Duration = Duration::from_secs(5);
@@ -433,4 +435,102 @@ fn a_task_may_close_its_own_reaper() {
     assert!(shut);
     assert!(timer.is_shutdown());
     assert!(timer.add(timer_task(1, || {})).cancelled());
+}
+
+/// A timer whose `advance_clock` blocks for 300 ms, like a reaper's long poll, and then
+/// reports whether it was closed meanwhile.
+struct SlowPollTimer {
+    polling: mpsc::SyncSender<()>,
+    closed_while_polling: Arc<AtomicBool>,
+    closed: AtomicBool,
+}
+
+impl Timer for SlowPollTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        panic!(
+            "SlowPollTimer::add must not be called (task delay {})",
+            task.delay_ms()
+        )
+    }
+
+    fn advance_clock(&self, _timeout_ms: i64) -> bool {
+        let _ = self.polling.try_send(());
+        thread::sleep(Duration::from_millis(300));
+        if self.closed.load(Ordering::SeqCst) {
+            self.closed_while_polling.store(true, Ordering::SeqCst);
+        }
+        false
+    }
+
+    fn size(&self) -> usize {
+        0
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn concurrent_close_returns_only_after_the_thread_ended() {
+    let (polling_tx, polling_rx) = mpsc::sync_channel(1);
+    let closed_while_polling = Arc::new(AtomicBool::new(false));
+    let reaper = SystemTimerReaper::new(
+        "closed-twice",
+        SlowPollTimer {
+            polling: polling_tx,
+            closed_while_polling: Arc::clone(&closed_while_polling),
+            closed: AtomicBool::new(false),
+        },
+    );
+    polling_rx
+        .recv_timeout(SOON)
+        .expect("the reaper never polled");
+    thread::scope(|s| {
+        // The first close waits for the 300 ms poll to end.
+        s.spawn(|| reaper.close());
+        thread::sleep(Duration::from_millis(50));
+        // The second, meanwhile, must wait as well, not return at once.
+        reaper.close();
+        assert!(
+            reaper.is_shutdown(),
+            "a concurrent close returned while the reaper thread was still running"
+        );
+    });
+    assert!(
+        !closed_while_polling.load(Ordering::SeqCst),
+        "the wrapped timer was closed before the reaper thread stopped"
+    );
+}
+
+#[test]
+fn a_task_on_the_reaper_thread_may_close_the_reaper() {
+    // MockTimer runs tasks on the caller of advance_clock: here, the reaper thread.
+    let timer = MockTimer::new();
+    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper>>>> = Arc::default();
+    let (tx, rx) = mpsc::channel();
+    let task_slot = Arc::clone(&slot);
+    timer.add(timer_task(200_000, move || {
+        let start = Instant::now();
+        let reaper = loop {
+            if let Some(reaper) = task_slot.lock().unwrap().as_ref().and_then(Weak::upgrade) {
+                break reaper;
+            }
+            assert!(
+                start.elapsed() < SOON,
+                "the test never handed over the reaper"
+            );
+            thread::sleep(Duration::from_millis(1));
+        };
+        reaper.close();
+        let _ = tx.send(thread::current().name().map(str::to_owned));
+    }));
+    let reaper = Arc::new(SystemTimerReaper::new("self-closing-mock", timer));
+    *slot.lock().unwrap() = Some(Arc::downgrade(&reaper));
+    let ran_on = rx
+        .recv_timeout(SOON)
+        .expect("close from the reaper thread deadlocked or the task never ran");
+    assert_eq!(ran_on.as_deref(), Some("self-closing-mock"));
+    reaper.close();
+    assert!(reaper.is_shutdown());
 }
