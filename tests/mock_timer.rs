@@ -464,3 +464,62 @@ fn cancel_from_other_threads_is_exactly_once() {
     let cancelled = entries.iter().filter(|e| e.cancelled()).count();
     assert_eq!(cancelled, won);
 }
+
+#[test]
+fn close_racing_with_adds_leaves_no_task_behind() {
+    const ROUNDS: usize = 200;
+    const ADDERS: usize = 2;
+    const ADDS: usize = 500;
+    for round in 0..ROUNDS {
+        let timer = MockTimer::new();
+        let live = Arc::new(AtomicUsize::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        thread::scope(|s| {
+            for _ in 0..ADDERS {
+                s.spawn(|| {
+                    for _ in 0..ADDS {
+                        let guard = LiveGuard::new(&live);
+                        let ran = Arc::clone(&ran);
+                        timer.add(timer_task(10, move || {
+                            let _guard = guard;
+                            ran.fetch_add(1, Ordering::SeqCst);
+                        }));
+                    }
+                });
+            }
+            s.spawn(|| {
+                thread::yield_now();
+                timer.close();
+            });
+        });
+        // Every add either went in before close (then close dropped it) or was refused.
+        assert!(!timer.advance_clock(10));
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "round {round}: a task ran");
+        assert_eq!(
+            timer.size(),
+            0,
+            "round {round}: tasks were left pending in a closed timer"
+        );
+        assert_eq!(
+            live.load(Ordering::SeqCst),
+            0,
+            "round {round}: a task outlived close"
+        );
+    }
+}
+
+/// Counts live tasks: +1 when made, -1 when the task is dropped (run or not).
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl LiveGuard {
+    fn new(live: &Arc<AtomicUsize>) -> LiveGuard {
+        live.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(Arc::clone(live))
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
