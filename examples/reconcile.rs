@@ -214,6 +214,8 @@ pub(crate) struct Report {
     pub(crate) cancels: u64,
     pub(crate) cancel_time: Duration,
     pub(crate) lateness: Lateness,
+    /// Lateness of the check that ran last, in µs (0 if none ran).
+    pub(crate) last_expiry_lateness_us: i64,
     /// Peak resident set size (`VmHWM`), if `/proc/self/status` has it.
     pub(crate) peak_rss_kib: Option<u64>,
     pub(crate) elapsed: Duration,
@@ -294,6 +296,13 @@ impl Report {
             ms(self.lateness.p99_us),
             ms(self.lateness.max_us),
             ms(self.lateness.min_us)
+        );
+        let _ = writeln!(
+            w,
+            "{:<28} {:>14}  {:.2} ms",
+            "  of the check that ran last",
+            "",
+            ms(self.last_expiry_lateness_us)
         );
         let rss = match self.peak_rss_kib {
             Some(kib) => format!("{:.1} MiB", kib as f64 / 1024.0),
@@ -405,7 +414,8 @@ struct Shop {
     stock_reserved_total: AtomicU64,
     stock_sold: AtomicU64,
     stock_returned: AtomicU64,
-    /// Lateness of each expiry, in µs; pushed by the timer's one executor thread.
+    /// Lateness of each expiry, in µs, in the order they ran (the timer has one executor
+    /// thread).
     lateness_us: Mutex<Vec<i64>>,
 }
 
@@ -685,7 +695,10 @@ pub(crate) fn run(config: &Config) -> Report {
             _ => no_outcome += 1,
         }
     }
-    let lateness = Lateness::of(std::mem::take(&mut *shop.lateness_us.lock().unwrap()));
+    // In the order the checks ran: the timer has one executor thread.
+    let lateness_us = std::mem::take(&mut *shop.lateness_us.lock().unwrap());
+    let last_expiry_lateness_us = lateness_us.last().copied().unwrap_or(0);
+    let lateness = Lateness::of(lateness_us);
     Report {
         orders,
         paid: shop.paid.load(Ordering::Acquire),
@@ -705,6 +718,7 @@ pub(crate) fn run(config: &Config) -> Report {
         cancels: pay.cancels,
         cancel_time: pay.cancel_time,
         lateness,
+        last_expiry_lateness_us,
         peak_rss_kib: peak_rss_kib(),
         elapsed,
     }
