@@ -25,7 +25,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{EntryStore, Slab};
+use crate::entry_store::{EntryStore, Released, Slab};
 use crate::executor::Executor;
 use crate::time::hi_res_clock_ms_ceil;
 use crate::timer_task_entry::EntryOwner;
@@ -240,20 +240,25 @@ impl Timer for SystemTimer {
             return false;
         }
         let mut expired = Vec::new();
+        let mut released = Released::default();
         let mut next = Some(first);
         while let Some((bucket, due_ms)) = next {
             // The due time the bucket was queued with, not its expiration now: the queue
             // only hands out items due by the clock, so the wheels never run ahead of it.
             wheel.advance_clock(due_ms);
-            bucket.flush(&self.store, |slab, index| {
+            released.absorb(bucket.flush(&self.store, |slab, index| {
                 add_timer_task_entry(&wheel, slab, index, &mut expired);
                 if expired.len() >= EXECUTOR_BATCH {
                     self.executor.submit_batch(std::mem::take(&mut expired));
                 }
-            });
+            }));
             next = self.delay_queue.poll();
         }
+        // Handed over under the lock, so that a `close` waits for these tasks too.
         self.executor.submit_batch(expired);
+        drop(wheel);
+        // Freed last, outside the lock: the expired tasks are already on their way.
+        drop(released);
         true
     }
 

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::entry_store::{EntryStore, Slab};
+use crate::entry_store::{EntryStore, Released, Slab};
 
 /// A bucket's expiration when it holds no expiration: never set, or flushed since.
 pub(crate) const NO_EXPIRATION: i64 = i64::MIN;
@@ -66,20 +66,31 @@ impl TimerTaskList {
     /// A shard's whole list moves to the shard's transit list at once; the transit list is
     /// then drained [`FLUSH_CHUNK`] entries per lock hold. A cancel may take an entry out of
     /// the transit list meanwhile, exactly as out of a bucket.
-    pub(crate) fn flush(&self, store: &EntryStore, mut f: impl FnMut(&mut Slab, u32)) {
+    ///
+    /// Returns the slab pages that shards gave back on emptying, for the caller to free
+    /// after it has released the wheel's lock and handed the expired tasks over.
+    pub(crate) fn flush(&self, store: &EntryStore, mut f: impl FnMut(&mut Slab, u32)) -> Released {
         self.expiration_ms.store(NO_EXPIRATION, Ordering::Relaxed);
+        let mut released = Released::default();
         for shard in store.shards() {
             shard.lock().move_to_transit(self.id);
-            'drain: loop {
+            loop {
                 let mut slab = shard.lock();
+                let mut drained = false;
                 for _ in 0..FLUSH_CHUNK {
                     let Some(index) = slab.pop_transit() else {
-                        break 'drain;
+                        drained = true;
+                        break;
                     };
                     f(&mut slab, index);
                 }
+                released.absorb(slab.take_released());
+                if drained {
+                    break;
+                }
             }
         }
+        released
     }
 
     /// Calls `f` with every entry's key, shard by shard.
@@ -230,10 +241,10 @@ mod tests {
         }
         list.set_expiration(5);
         let mut seen = Vec::new();
-        list.flush(&store, |slab, index| {
+        drop(list.flush(&store, |slab, index| {
             seen.push(slab.expiration_ms(index));
             drop(slab.remove(index));
-        });
+        }));
         // Shard by shard: shard 0 had 0, 2, 4; shard 1 had 1, 3, 5.
         assert_eq!(seen, [0, 2, 4, 1, 3, 5]);
         assert_eq!(size(&list, &store), 0);

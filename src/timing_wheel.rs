@@ -321,12 +321,12 @@ mod tests {
             while let Some((bucket, due_ms)) = self.queue.poll() {
                 self.wheel.advance_clock(due_ms);
                 let wheel = &self.wheel;
-                bucket.flush(&self.store, |slab, index| {
+                drop(bucket.flush(&self.store, |slab, index| {
                     if !wheel.add(slab, index) {
                         fired.push(slab.expiration_ms(index) - self.c);
                         drop(slab.remove(index));
                     }
-                });
+                }));
             }
             fired
         }
