@@ -112,7 +112,8 @@ impl SystemTimer {
     }
 
     /// Creates a timer with the given tick, wheel size and start time (on the
-    /// [`hi_res_clock_ms`] clock), like Kafka's four-argument constructor.
+    /// [`hi_res_clock_ms`] clock), like Kafka's four-argument constructor. A `start_ms`
+    /// later than the clock is taken as the clock's reading, so that nothing runs early.
     ///
     /// [`hi_res_clock_ms`]: crate::hi_res_clock_ms
     ///
@@ -342,6 +343,9 @@ impl SystemTimerBuilder {
 
     /// Sets the wheel's start time on the timer's clock (default: the clock's
     /// [`hi_res_clock_ms`](Time::hi_res_clock_ms) when [`build`](Self::build) is called).
+    ///
+    /// A start later than the clock is taken as the clock's reading: a wheel ahead of its
+    /// clock would run tasks early. (Kafka takes it as given.)
     pub fn start_ms(mut self, start_ms: i64) -> Self {
         self.start_ms = Some(start_ms);
         self
@@ -361,7 +365,12 @@ impl SystemTimerBuilder {
     /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31.
     #[track_caller]
     pub fn build(self) -> SystemTimer {
-        let start_ms = self.start_ms.unwrap_or_else(|| self.time.hi_res_clock_ms());
+        let now_ms = self.time.hi_res_clock_ms();
+        // A wheel ahead of its clock would take tasks due before its start for expired
+        // and run them early (Kafka does); start it at the clock instead.
+        let start_ms = self
+            .start_ms
+            .map_or(now_ms, |start_ms| start_ms.min(now_ms));
         let delay_queue = Arc::new(DelayQueue::new(Arc::clone(&self.time)));
         let timing_wheel = TimingWheel::new(
             self.tick_ms,

@@ -35,12 +35,32 @@ impl TimerTaskList {
         }
     }
 
-    /// Sets the bucket's expiration. Returns true if it changed.
+    /// Sets the bucket's expiration, unless it already has an earlier one. Returns true if
+    /// it changed (then the caller offers the bucket to the delay queue).
+    ///
+    /// Kafka swaps unconditionally. The two differ only when one bucket holds entries of
+    /// two rounds, which Kafka's wheels never do but this port's top level (and a wheel of
+    /// size 1) can: keeping the earlier expiration flushes the bucket early enough for all
+    /// its entries (the later ones are re-added), and does not queue the bucket again for
+    /// every add that alternates between the rounds.
     pub(crate) fn set_expiration(&self, expiration_ms: i64) -> bool {
         // Reading first keeps the common case (same tick, same bucket) free of writes to a
         // cache line that every adding thread reads.
-        self.expiration_ms.load(Ordering::Relaxed) != expiration_ms
-            && self.expiration_ms.swap(expiration_ms, Ordering::Relaxed) != expiration_ms
+        let mut current = self.expiration_ms.load(Ordering::Relaxed);
+        loop {
+            if current != NO_EXPIRATION && current <= expiration_ms {
+                return false;
+            }
+            match self.expiration_ms.compare_exchange_weak(
+                current,
+                expiration_ms,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
     }
 
     /// Returns the bucket's expiration, or [`NO_EXPIRATION`].
@@ -219,13 +239,18 @@ mod tests {
     }
 
     #[test]
-    fn set_expiration_reports_changes_only() {
+    fn set_expiration_keeps_the_earliest_and_reports_changes() {
         let list = TimerTaskList::new(0);
         assert_eq!(list.expiration_ms(), NO_EXPIRATION);
         assert!(list.set_expiration(10));
         assert!(!list.set_expiration(10));
-        assert!(list.set_expiration(13));
-        assert_eq!(list.expiration_ms(), 13);
+        assert!(
+            !list.set_expiration(13),
+            "a later round waits for the earlier flush"
+        );
+        assert_eq!(list.expiration_ms(), 10);
+        assert!(list.set_expiration(7));
+        assert_eq!(list.expiration_ms(), 7);
     }
 
     #[test]
