@@ -405,10 +405,10 @@ fn start_back() -> impl Strategy<Value = i64> {
 proptest! {
     #![proptest_config(config())]
 
-    /// Tick 1-100, wheel size 2-64 (as Kafka's code allows), plus sizes 1 and up to 4096.
+    /// Tick 1-100 (sometimes any positive tick), wheel size 2-64, sometimes 1 or up to 4096.
     #[test]
     fn wheel_agrees_with_model(
-        tick_ms in 1i64..=100,
+        tick_ms in prop_oneof![20 => 1i64..=100, 1 => 1i64..=i64::MAX],
         wheel_size in prop_oneof![12 => 2usize..=64, 1 => Just(1usize), 1 => 65usize..=4096],
         start_back_ms in start_back(),
         ops in prop::collection::vec(op(), 1..MAX_OPS),
@@ -497,4 +497,15 @@ fn negative_start_with_moderate_delays_agrees_with_model() {
         .chain((0..20).map(|b| Op::Step(1 << b)))
         .collect();
     run_model(3, 4, 1_000_000 + 12_345, &ops);
+}
+
+/// A wheel started *after* its clock (`start_ms` > now, which `with_config` accepts) treats
+/// every task due before `start_ms + tick_ms` as already expired and runs it at once, up to
+/// `start_ms - now` early: the API's "never before `expiration_ms - tick_ms`" does not hold.
+/// Kafka behaves the same; the fix is to clamp the start to the clock or to document it.
+#[test]
+#[ignore = "BUG: start_ms in the future fires tasks early (before expiration_ms - tick_ms)"]
+fn start_after_the_clock_does_not_fire_early() {
+    let mut harness = Harness::new(1, 20, -1_000);
+    harness.apply(&Op::Add(10));
 }
