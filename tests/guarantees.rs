@@ -212,3 +212,75 @@ fn no_task_runs_before_its_add_instant_plus_delay_on_the_real_clock() {
     }
     timer.close();
 }
+
+#[test]
+#[should_panic(expected = "tick_ms")]
+fn zero_tick_panics_naming_the_argument() {
+    SystemTimer::with_config("bad", 0, 20, hi_res_clock_ms());
+}
+
+#[test]
+#[should_panic(expected = "tick_ms")]
+fn negative_tick_panics_naming_the_argument() {
+    SystemTimer::with_config("bad", -1, 20, hi_res_clock_ms());
+}
+
+#[test]
+#[should_panic(expected = "wheel_size")]
+fn zero_wheel_size_panics_naming_the_argument() {
+    SystemTimer::with_config("bad", 1, 0, hi_res_clock_ms());
+}
+
+#[test]
+fn wheel_size_one_is_allowed_and_fires_in_order_of_due_time() {
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("one")
+        .wheel_size(1)
+        .tick_ms(3)
+        .time(time.clone())
+        .build();
+    let (tx, rx) = mpsc::channel();
+    for delay_ms in [30, 3, 9_000, 7, i64::MAX] {
+        let tx = tx.clone();
+        timer.add(timer_task(delay_ms, move || tx.send(delay_ms).unwrap()));
+    }
+    let mut fired = Vec::new();
+    for _ in 0..3_100 {
+        time.sleep(3);
+        while timer.advance_clock(0) {}
+        let (btx, brx) = mpsc::channel();
+        timer.add(timer_task(i64::MIN, move || btx.send(()).unwrap()));
+        brx.recv_timeout(PATIENCE).unwrap();
+        fired.extend(rx.try_iter());
+    }
+    assert_eq!(fired, [3, 7, 30, 9_000]);
+    assert_eq!(timer.size(), 1, "the i64::MAX one waits");
+}
+
+/// A clock whose monotonic readings are negative, as Java's `System.nanoTime()` may be.
+#[derive(Debug)]
+struct NegativeClock;
+
+impl timingwheel::Time for NegativeClock {
+    fn milliseconds(&self) -> i64 {
+        0
+    }
+    fn nanoseconds(&self) -> i64 {
+        -5_000_000_000
+    }
+    fn sleep(&self, _ms: i64) {}
+}
+
+/// The realistic trigger of the negative-start bug (see `tests/model.rs`): no `start_ms`
+/// at all, just a clock that reads below zero. Aborts the process with a stack overflow.
+#[test]
+#[ignore = "BUG: a clock reading below zero + delay i64::MAX overflows the stack in TimingWheel::add"]
+fn a_clock_with_negative_readings_accepts_extreme_delays() {
+    let timer = SystemTimer::builder("negative-clock")
+        .time(NegativeClock)
+        .build();
+    let entry = timer.add(timer_task(i64::MAX, || {}));
+    assert_eq!(entry.expiration_ms(), i64::MAX);
+    assert_eq!(timer.size(), 1);
+    assert!(entry.cancel());
+}
