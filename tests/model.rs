@@ -37,7 +37,7 @@ use proptest::test_runner::FileFailurePersistence;
 use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
 
 /// Proptest cases per property unless `PROPTEST_CASES` says otherwise.
-const DEFAULT_CASES: u32 = 64;
+const DEFAULT_CASES: u32 = 256;
 /// Operations per generated sequence, at most.
 const MAX_OPS: usize = 80;
 /// How long a barrier may take before the executor is declared stuck.
@@ -120,6 +120,8 @@ impl Model {
 #[derive(Clone, Debug)]
 enum Op {
     Add(i64),
+    /// Add from a new thread: it lands in another shard of the entry store.
+    AddElsewhere(i64),
     /// Cancel the task at this index among those added so far; through a clone if true.
     Cancel(prop::sample::Index, bool),
     Step(i64),
@@ -176,15 +178,21 @@ impl Harness {
             .expect("executor did not reach the barrier");
     }
 
-    fn add(&mut self, delay_ms: i64) {
+    fn add(&mut self, delay_ms: i64, elsewhere: bool) {
         let id = self.probes.len();
         let probe = Arc::new(Probe::default());
         let expected_expiration = add_time_ms(&self.time).saturating_add(delay_ms);
-        let entry = self.timer.add(Box::new(ProbeTask {
+        let task = Box::new(ProbeTask {
             delay_ms,
             probe: Arc::clone(&probe),
             time: self.time.clone(),
-        }));
+        });
+        let entry = if elsewhere {
+            let timer = &self.timer;
+            std::thread::scope(|s| s.spawn(move || timer.add(task)).join().unwrap())
+        } else {
+            self.timer.add(task)
+        };
         assert_eq!(entry.expiration_ms(), expected_expiration, "task {id}");
         assert!(!entry.cancelled());
         self.probes.push(probe);
@@ -309,7 +317,8 @@ impl Harness {
 
     fn apply(&mut self, op: &Op) {
         match op {
-            Op::Add(delay) => self.add(*delay),
+            Op::Add(delay) => self.add(*delay, false),
+            Op::AddElsewhere(delay) => self.add(*delay, true),
             Op::Cancel(index, via_clone) => {
                 if !self.probes.is_empty() {
                     self.cancel(index.index(self.probes.len()), *via_clone);
@@ -386,7 +395,8 @@ fn step() -> impl Strategy<Value = i64> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => delay().prop_map(Op::Add),
+        4 => delay().prop_map(Op::Add),
+        1 => delay().prop_map(Op::AddElsewhere),
         2 => (any::<prop::sample::Index>(), any::<bool>()).prop_map(|(i, c)| Op::Cancel(i, c)),
         4 => step().prop_map(Op::Step),
     ]
@@ -423,8 +433,9 @@ proptest! {
         start_back_ms in start_back(),
         ops in prop::collection::vec(
             prop_oneof![
-                5 => (0u32..64, any::<i64>()).prop_map(|(bits, r)| {
-                    Op::Add(if bits == 63 { i64::MAX } else { r.rem_euclid(1i64 << bits) })
+                5 => (0u32..64, any::<i64>(), any::<bool>()).prop_map(|(bits, r, elsewhere)| {
+                    let delay = if bits == 63 { i64::MAX } else { r.rem_euclid(1i64 << bits) };
+                    if elsewhere { Op::AddElsewhere(delay) } else { Op::Add(delay) }
                 }),
                 2 => (any::<prop::sample::Index>(), any::<bool>())
                     .prop_map(|(i, c)| Op::Cancel(i, c)),

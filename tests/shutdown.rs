@@ -459,3 +459,28 @@ fn dropping_an_unclosed_timer_frees_its_tasks() {
     assert_eq!(drops.load(Ordering::SeqCst), 10_000);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn entries_outliving_their_timer_cancel_to_false_without_panicking() {
+    let (_time, timer) = mock_timer("outlived");
+    let drops = Arc::new(AtomicUsize::new(0));
+    let entries: Vec<TimerTaskEntry> = (0..1_000)
+        .map(|i| {
+            timer.add(Box::new(Counted {
+                delay_ms: 1 + i,
+                drops: Arc::clone(&drops),
+                runs: Arc::new(AtomicUsize::new(0)),
+            }))
+        })
+        .collect();
+    let clones: Vec<TimerTaskEntry> = entries.iter().step_by(2).cloned().collect();
+    drop(timer);
+    assert_eq!(drops.load(Ordering::SeqCst), 1_000);
+    for entry in entries.iter().chain(&clones) {
+        assert!(
+            !entry.cancel(),
+            "the timer dropped it: nothing left to prevent"
+        );
+        assert!(!entry.cancelled());
+    }
+}

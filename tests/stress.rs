@@ -6,7 +6,7 @@
 //! `runs + cancels == 1` and `drops == 1`: a task that ran twice, ran and was cancelled, or
 //! was lost (neither, or never freed) is reported by id.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -413,5 +413,79 @@ fn a_blocked_executor_never_delays_add_or_cancel() {
         worst < MAX_OP_LATENCY,
         "an add (+cancel) took {worst:?} while the executor was blocked"
     );
+    timer.close();
+}
+
+/// A coarse tick on the real clock: every task exactly once, and none before its bucket's
+/// time `floor(expiration / tick) * tick` (so never before `expiration - tick`).
+#[test]
+fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
+    const TICK_MS: i64 = 7;
+    const WHEEL_SIZE: usize = 3;
+    const PER_THREAD: usize = 5_000;
+    const THREADS: usize = 2;
+    const TASKS: usize = PER_THREAD * THREADS;
+    let timer = SystemTimer::with_config(
+        "coarse",
+        TICK_MS,
+        WHEEL_SIZE,
+        timingwheel::hi_res_clock_ms(),
+    );
+    let ledger = Ledger::new(TASKS);
+    // Untracked-by-cancel probes, one per task with the same delay: when they ran, when due.
+    let ran_at: Arc<Vec<AtomicI64>> = Arc::new((0..TASKS).map(|_| AtomicI64::new(0)).collect());
+    let due: Vec<AtomicI64> = (0..TASKS).map(|_| AtomicI64::new(0)).collect();
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                timer.advance_clock(20);
+            }
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (timer, ledger, ran_at, due) = (&timer, &ledger, &ran_at, &due);
+                s.spawn(move || {
+                    let mut rng = Rng::new(500 + t as u64);
+                    for i in 0..PER_THREAD {
+                        let id = t * PER_THREAD + i;
+                        let delay_ms = rng.below(100) as i64;
+                        let entry = add_counted(timer, ledger, id, delay_ms);
+                        let ran_at = Arc::clone(ran_at);
+                        let probe = timer.add(timer_task(delay_ms, move || {
+                            ran_at[id].store(timingwheel::hi_res_clock_ms(), Ordering::SeqCst);
+                        }));
+                        due[id].store(
+                            probe.expiration_ms().div_euclid(TICK_MS) * TICK_MS,
+                            Ordering::SeqCst,
+                        );
+                        if rng.below(3) == 0 {
+                            cancel_counted(&entry, ledger, id);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        let deadline = Instant::now() + SETTLE;
+        while ran_at.iter().any(|at| at.load(Ordering::SeqCst) == 0) {
+            assert!(Instant::now() < deadline, "a probe never ran");
+            thread::sleep(Duration::from_millis(5));
+        }
+        settle_and_check(&timer, &ledger);
+        done.store(true, Ordering::SeqCst);
+    });
+    for id in 0..TASKS {
+        let (at, due) = (
+            ran_at[id].load(Ordering::SeqCst),
+            due[id].load(Ordering::SeqCst),
+        );
+        assert!(
+            at >= due,
+            "probe {id} ran at {at}, before its bucket's time {due}"
+        );
+    }
     timer.close();
 }
