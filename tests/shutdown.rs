@@ -118,11 +118,27 @@ fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
         // Reached only if the drop returned without panicking.
         done_tx.send(()).unwrap();
     }));
+    // Handed to the executor behind the dropping task: they still run.
+    const FOLLOWERS: usize = 10;
+    let (follow_tx, follow_rx) = mpsc::channel();
+    for n in 0..FOLLOWERS {
+        let follow_tx = follow_tx.clone();
+        timer.add(timer_task(i64::MIN, move || follow_tx.send(n).unwrap()));
+    }
+    drop(follow_tx);
     drop(timer);
     go_tx.send(()).unwrap();
     done_rx
         .recv_timeout(DEADLOCK)
         .expect("dropping the timer inside its own task deadlocked or panicked");
+    let followed: Vec<usize> = (0..FOLLOWERS)
+        .map(|_| {
+            follow_rx
+                .recv_timeout(DEADLOCK)
+                .expect("a follower was lost")
+        })
+        .collect();
+    assert_eq!(followed, (0..FOLLOWERS).collect::<Vec<_>>());
     assert!(weak.upgrade().is_none(), "the timer is gone");
     assert_eq!(pending_drops.load(Ordering::SeqCst), 1);
     assert_eq!(pending_runs.load(Ordering::SeqCst), 0);
