@@ -520,3 +520,95 @@ fn start_after_the_clock_does_not_fire_early() {
     let mut harness = Harness::new(1, 20, -1_000);
     harness.apply(&Op::Add(10));
 }
+
+/// `MockTimer` against the same kind of model: `add` with delay <= 0 runs at once on the
+/// caller's thread; `advance_clock(t)` moves the clock by `t` and runs exactly the pending
+/// tasks due by then, in (expiration, insertion) order, and returns whether any ran;
+/// `cancel` and `size` as for `SystemTimer`.
+fn run_mock_timer_model(ops: &[Op]) {
+    use std::sync::Mutex;
+    use timingwheel::MockTimer;
+
+    let timer = MockTimer::new();
+    let log: Arc<Mutex<Vec<usize>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut entries: Vec<TimerTaskEntry> = Vec::new();
+    let mut pending: BTreeMap<(i64, usize), ()> = BTreeMap::new();
+    let mut expirations: Vec<i64> = Vec::new();
+    let mut states: Vec<State> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Add(delay_ms) | Op::AddElsewhere(delay_ms) => {
+                let id = entries.len();
+                let expiration = timer.time().hi_res_clock_ms().saturating_add(delay_ms);
+                let log2 = Arc::clone(&log);
+                let entry = timer.add(timer_task(delay_ms, move || log2.lock().unwrap().push(id)));
+                assert_eq!(entry.expiration_ms(), expiration);
+                let ran: Vec<usize> = std::mem::take(&mut *log.lock().unwrap());
+                if delay_ms <= 0 {
+                    assert_eq!(ran, [id], "delay {delay_ms} runs inside add");
+                    states.push(State::Ran);
+                } else {
+                    assert!(ran.is_empty());
+                    states.push(State::Pending);
+                    pending.insert((expiration, id), ());
+                }
+                entries.push(entry);
+                expirations.push(expiration);
+            }
+            Op::Cancel(index, via_clone) => {
+                if entries.is_empty() {
+                    continue;
+                }
+                let id = index.index(entries.len());
+                let clone;
+                let entry = if via_clone {
+                    clone = entries[id].clone();
+                    &clone
+                } else {
+                    &entries[id]
+                };
+                let expected = states[id] == State::Pending;
+                assert_eq!(
+                    entry.cancel(),
+                    expected,
+                    "cancel of {id} in {:?}",
+                    states[id]
+                );
+                if expected {
+                    pending.remove(&(expirations[id], id));
+                    states[id] = State::Cancelled;
+                    assert!(entries[id].cancelled());
+                }
+            }
+            Op::Step(ms) => {
+                let flushed = timer.advance_clock(ms);
+                let now = timer.time().hi_res_clock_ms();
+                let due: Vec<(i64, usize)> = pending
+                    .range(..=(now, usize::MAX))
+                    .map(|(k, ())| *k)
+                    .collect();
+                let expected: Vec<usize> = due.iter().map(|&(_, id)| id).collect();
+                for key in &due {
+                    pending.remove(key);
+                    states[key.1] = State::Ran;
+                }
+                let ran: Vec<usize> = std::mem::take(&mut *log.lock().unwrap());
+                assert_eq!(ran, expected, "tasks run by advance_clock({ms}) at {now}");
+                assert_eq!(flushed, !expected.is_empty());
+            }
+        }
+        assert_eq!(timer.size(), pending.len());
+    }
+    timer.close();
+    assert!(!timer.advance_clock(1_000_000));
+    assert!(log.lock().unwrap().is_empty(), "nothing runs after close");
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn mock_timer_agrees_with_model(ops in prop::collection::vec(op(), 1..MAX_OPS)) {
+        run_mock_timer_model(&ops);
+    }
+}
