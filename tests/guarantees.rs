@@ -284,3 +284,15 @@ fn a_clock_with_negative_readings_accepts_extreme_delays() {
     assert_eq!(timer.size(), 1);
     assert!(entry.cancel());
 }
+
+#[test]
+#[should_panic(expected = "wheel_size")]
+fn absurd_wheel_size_panics_naming_the_argument_instead_of_allocating() {
+    SystemTimer::with_config("bad", 1, usize::MAX, hi_res_clock_ms());
+}
+
+#[test]
+#[should_panic(expected = "wheel_size")]
+fn wheel_size_past_the_bucket_id_space_panics_naming_the_argument() {
+    SystemTimer::with_config("bad", 1, 1 << 40, hi_res_clock_ms());
+}
