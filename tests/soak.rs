@@ -107,6 +107,16 @@ impl Rng {
     }
 }
 
+/// Sets a stop flag when dropped, also while unwinding, so that a failed assertion inside
+/// the `thread::scope` stops the other threads instead of hanging.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 fn random_delay(rng: &mut Rng) -> i64 {
     match rng.below(100) {
         0..=59 => rng.below(50) as i64,
@@ -135,6 +145,8 @@ fn soak_nothing_lost_doubled_or_early() {
     let stop_driving = AtomicBool::new(false);
     let start = Instant::now();
     thread::scope(|s| {
+        let _stop_driving = SetOnDrop(&stop_driving);
+        let _stop_adding = SetOnDrop(&stop_adding);
         for d in 0..DRIVERS {
             let (timer, stop) = (&timer, &stop_driving);
             s.spawn(move || {

@@ -21,6 +21,11 @@ const ADDERS: usize = 4;
 const TASKS: usize = 100_000;
 /// Delays are drawn from 0..=MAX_DELAY_MS.
 const MAX_DELAY_MS: u64 = 40;
+/// Entries an adder keeps to cancel later; with the pauses below, a held entry is
+/// cancelled some 0-80 ms after its add, across the whole range of delays.
+const HELD: usize = 2_000;
+/// Each adder pauses 1 ms every this many adds, so its adds span about half a second.
+const ADDS_PER_PAUSE: usize = 50;
 /// How long the timer may take to settle every task once the adders are done.
 const SETTLE: Duration = Duration::from_secs(30);
 
@@ -126,6 +131,16 @@ impl Rng {
     }
 }
 
+/// Sets a stop flag when dropped, also while unwinding: a failed assertion inside a
+/// `thread::scope` must stop the driver threads, or the scope would wait for them forever.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Waits until every task settled (ran or was cancelled), then checks the ledger.
 fn settle_and_check(timer: &SystemTimer, ledger: &Ledger) -> (usize, usize) {
     let deadline = Instant::now() + SETTLE;
@@ -154,6 +169,7 @@ fn add_and_cancel_while_driving(drivers: usize) {
     let ledger = Ledger::new(TASKS);
     let done = AtomicBool::new(false);
     thread::scope(|s| {
+        let _stop = SetOnDrop(&done);
         for _ in 0..drivers {
             s.spawn(|| {
                 while !done.load(Ordering::SeqCst) {
@@ -176,12 +192,15 @@ fn add_and_cancel_while_driving(drivers: usize) {
                             _ => {}
                         }
                         // Cancel a random held one: pending, due, in transit or run.
-                        if held.len() > 64 || (!held.is_empty() && rng.below(2) == 0) {
+                        if held.len() > HELD || (!held.is_empty() && rng.below(2) == 0) {
                             let at = rng.below(held.len() as u64) as usize;
                             let (id, entry) = held.swap_remove(at);
                             cancel_counted(&entry, ledger, id);
                             // A second cancel of the same task never wins.
                             assert!(!entry.cancel(), "task {id} cancelled twice");
+                        }
+                        if id % ADDS_PER_PAUSE == 0 {
+                            thread::sleep(Duration::from_millis(1));
                         }
                     }
                     for (id, entry) in held {
@@ -194,6 +213,7 @@ fn add_and_cancel_while_driving(drivers: usize) {
             adder.join().unwrap();
         }
         let (ran, cancelled) = settle_and_check(&timer, &ledger);
+        eprintln!("ran {ran}, cancelled {cancelled}");
         assert!(ran > 0 && cancelled > 0, "ran {ran}, cancelled {cancelled}");
         done.store(true, Ordering::SeqCst);
     });
@@ -284,6 +304,7 @@ fn cancel_exactly_around_the_deadline_is_exactly_once() {
     let done = AtomicBool::new(false);
     let (ran_or_cancelled_at_deadline, early_cancels) = (AtomicU64::new(0), AtomicU64::new(0));
     thread::scope(|s| {
+        let _stop = SetOnDrop(&done);
         s.spawn(|| {
             while !done.load(Ordering::SeqCst) {
                 timer.advance_clock(10);
@@ -354,6 +375,7 @@ fn a_blocked_executor_never_delays_add_or_cancel() {
     let blocked_since = blocked_rx.recv_timeout(SETTLE).unwrap();
     let done = AtomicBool::new(false);
     let (worst, ops) = thread::scope(|s| {
+        let _stop = SetOnDrop(&done);
         s.spawn(|| {
             while !done.load(Ordering::SeqCst) {
                 timer.advance_clock(5);
@@ -437,6 +459,7 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
     let due: Vec<AtomicI64> = (0..TASKS).map(|_| AtomicI64::new(0)).collect();
     let done = AtomicBool::new(false);
     thread::scope(|s| {
+        let _stop = SetOnDrop(&done);
         s.spawn(|| {
             while !done.load(Ordering::SeqCst) {
                 timer.advance_clock(20);
@@ -487,5 +510,172 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
             "probe {id} ran at {at}, before its bucket's time {due}"
         );
     }
+    timer.close();
+}
+
+/// The exact firing rule of `tests/model.rs` (a task runs only once the clock reaches
+/// `floor(expiration / tick) * tick`, and by then, once `advance_clock(0)` returns false, it
+/// has run), now with three threads adding and cancelling on a mock clock while a fourth
+/// steps it and drives the timer: adds land between a driver's poll and its write lock.
+#[test]
+fn concurrent_adds_on_a_mock_clock_fire_neither_early_nor_late() {
+    const TICK_MS: i64 = 3;
+    const WHEEL_SIZE: usize = 5;
+    const ADDING_THREADS: usize = 3;
+    const PER_THREAD: usize = 4_000;
+    const TASKS: usize = ADDING_THREADS * PER_THREAD;
+    /// Each adding thread waits for one more driver step every this many adds.
+    const ADDS_PER_STEP: usize = 20;
+    /// Written for a task not yet added, or not yet run.
+    const NOT_YET: i64 = i64::MIN;
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("mock-concurrent")
+        .tick_ms(TICK_MS)
+        .wheel_size(WHEEL_SIZE)
+        .time(time.clone())
+        .build();
+    let ledger = Ledger::new(TASKS);
+    let slots = |v: i64| -> Arc<Vec<AtomicI64>> {
+        Arc::new((0..TASKS).map(|_| AtomicI64::new(v)).collect())
+    };
+    // Mock clock at run; bucket time (floor(expiration / tick) * tick); sequence number
+    // after `add` returned; whether a cancel was (about to be) tried.
+    let (ran_at, due, added_seq) = (slots(NOT_YET), slots(NOT_YET), slots(i64::MAX));
+    let cancel_tried: Vec<AtomicBool> = (0..TASKS).map(|_| AtomicBool::new(false)).collect();
+    let seq = AtomicI64::new(0);
+    let adders_done = AtomicU64::new(0);
+    let steps_done = AtomicU64::new(0);
+
+    struct Timed {
+        id: usize,
+        delay_ms: i64,
+        time: MockTime,
+        ran_at: Arc<Vec<AtomicI64>>,
+        ledger: Arc<Ledger>,
+    }
+    impl TimerTask for Timed {
+        fn delay_ms(&self) -> i64 {
+            self.delay_ms
+        }
+        fn run(self: Box<Self>) {
+            self.ran_at[self.id].store(self.time.hi_res_clock_ms(), Ordering::SeqCst);
+            self.ledger.runs[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    impl Drop for Timed {
+        fn drop(&mut self) {
+            self.ledger.drops[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let barrier = |timer: &SystemTimer| {
+        let (tx, rx) = mpsc::channel();
+        timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
+        rx.recv_timeout(SETTLE).expect("executor barrier");
+    };
+
+    thread::scope(|s| {
+        for t in 0..ADDING_THREADS {
+            let (timer, time, ledger) = (&timer, &time, &ledger);
+            let (ran_at, due, added_seq) = (&ran_at, &due, &added_seq);
+            let (cancel_tried, seq, adders_done) = (&cancel_tried, &seq, &adders_done);
+            let steps_done = &steps_done;
+            s.spawn(move || {
+                // Counts this adder done even if it panics, so the driver stops.
+                struct DoneOnDrop<'a>(&'a AtomicU64);
+                impl Drop for DoneOnDrop<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _done = DoneOnDrop(adders_done);
+                let mut rng = Rng::new(900 + t as u64);
+                let mut held = Vec::new();
+                for i in 0..PER_THREAD {
+                    let id = t * PER_THREAD + i;
+                    let delay_ms = match rng.below(20) {
+                        0 => -(rng.below(10) as i64),
+                        1 => i64::MIN,
+                        _ => rng.below(200) as i64,
+                    };
+                    let entry = timer.add(Box::new(Timed {
+                        id,
+                        delay_ms,
+                        time: time.clone(),
+                        ran_at: Arc::clone(ran_at),
+                        ledger: Arc::clone(ledger),
+                    }));
+                    due[id].store(
+                        entry.expiration_ms().div_euclid(TICK_MS) * TICK_MS,
+                        Ordering::SeqCst,
+                    );
+                    added_seq[id].store(seq.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+                    if rng.below(4) == 0 {
+                        held.push((id, entry));
+                    }
+                    if !held.is_empty() && rng.below(3) == 0 {
+                        let (id, entry) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                        cancel_tried[id].store(true, Ordering::SeqCst);
+                        cancel_counted(&entry, ledger, id);
+                    }
+                    // Pace the adds to the driver's steps, so that they interleave.
+                    while steps_done.load(Ordering::SeqCst) < (i / ADDS_PER_STEP) as u64 {
+                        thread::yield_now();
+                    }
+                }
+                for (id, entry) in held {
+                    cancel_tried[id].store(true, Ordering::SeqCst);
+                    cancel_counted(&entry, ledger, id);
+                }
+            });
+        }
+        // The driver: step, drain, barrier, then check everything added before the step.
+        // If it panics, the guard releases the adders waiting for its steps.
+        struct ReleaseOnDrop<'a>(&'a AtomicU64);
+        impl Drop for ReleaseOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(u64::MAX, Ordering::SeqCst);
+            }
+        }
+        let _release = ReleaseOnDrop(&steps_done);
+        let mut rng = Rng::new(4242);
+        let mut last = false;
+        loop {
+            let finished = adders_done.load(Ordering::SeqCst) == ADDING_THREADS as u64;
+            let step_seq = seq.fetch_add(1, Ordering::SeqCst);
+            time.sleep(if finished { 1_000 } else { rng.below(4) as i64 });
+            while timer.advance_clock(0) {}
+            barrier(&timer);
+            let now = time.hi_res_clock_ms();
+            for id in 0..TASKS {
+                let at = ran_at[id].load(Ordering::SeqCst);
+                let due_ms = due[id].load(Ordering::SeqCst);
+                if at != NOT_YET {
+                    assert!(
+                        at >= due_ms,
+                        "task {id} ran at {at}, before its due {due_ms}"
+                    );
+                } else if added_seq[id].load(Ordering::SeqCst) < step_seq
+                    && due_ms <= now
+                    && !cancel_tried[id].load(Ordering::SeqCst)
+                {
+                    panic!("task {id} (due {due_ms}) had not run after the step to {now}");
+                }
+            }
+            steps_done.fetch_add(1, Ordering::SeqCst);
+            if last {
+                break;
+            }
+            last = finished;
+        }
+        let steps = steps_done.load(Ordering::SeqCst);
+        assert!(
+            steps >= (PER_THREAD / ADDS_PER_STEP) as u64,
+            "{steps} steps"
+        );
+    });
+    let (ran, cancelled) = ledger.assert_exactly_once();
+    assert!(ran > 0 && cancelled > 0);
+    assert_eq!(timer.size(), 0);
     timer.close();
 }
