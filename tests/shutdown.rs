@@ -500,3 +500,112 @@ fn entries_outliving_their_timer_cancel_to_false_without_panicking() {
         assert!(!entry.cancelled());
     }
 }
+
+/// `close` in the middle of adds, cancels and flushes on other threads: every task is run
+/// at most once, cancelled at most once, never both, and freed exactly once; nothing runs
+/// after `close` returns; later cancels all return false.
+#[test]
+fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
+    const THREADS: usize = 3;
+    const PER_THREAD: usize = 20_000;
+    const TASKS: usize = THREADS * PER_THREAD;
+    struct Slots {
+        runs: Vec<AtomicUsize>,
+        cancels: Vec<AtomicUsize>,
+        drops: Vec<AtomicUsize>,
+    }
+    struct Task {
+        id: usize,
+        delay_ms: i64,
+        slots: Arc<Slots>,
+    }
+    impl TimerTask for Task {
+        fn delay_ms(&self) -> i64 {
+            self.delay_ms
+        }
+        fn run(self: Box<Self>) {
+            self.slots.runs[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    impl Drop for Task {
+        fn drop(&mut self) {
+            self.slots.drops[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let zeros = || (0..TASKS).map(|_| AtomicUsize::new(0)).collect();
+    let slots = Arc::new(Slots {
+        runs: zeros(),
+        cancels: zeros(),
+        drops: zeros(),
+    });
+    let timer = SystemTimer::new("close-race");
+    let stop = AtomicBool::new(false);
+    let progress = AtomicUsize::new(0);
+    let entries: Vec<Mutex<Vec<(usize, TimerTaskEntry)>>> =
+        (0..THREADS).map(|_| Mutex::new(Vec::new())).collect();
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) && !timer.is_closed() {
+                timer.advance_clock(2);
+            }
+        });
+        for t in 0..THREADS {
+            let (timer, slots, entries, progress) = (&timer, &slots, &entries, &progress);
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let id = t * PER_THREAD + i;
+                    let entry = timer.add(Box::new(Task {
+                        id,
+                        delay_ms: (i % 7) as i64 - 1,
+                        slots: Arc::clone(slots),
+                    }));
+                    if i % 3 == 0 && entry.cancel() {
+                        slots.cancels[id].fetch_add(1, Ordering::SeqCst);
+                    }
+                    entries[t].lock().unwrap().push((id, entry));
+                    progress.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Close half-way through the adds.
+        while progress.load(Ordering::SeqCst) < TASKS / 2 {
+            thread::yield_now();
+        }
+        timer.close();
+        stop.store(true, Ordering::SeqCst);
+    });
+    let runs_after_close: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    thread::sleep(Duration::from_millis(50));
+    let runs_later: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    assert_eq!(
+        runs_later, runs_after_close,
+        "tasks ran after close returned"
+    );
+    let mut refused = 0;
+    for list in &entries {
+        for (id, entry) in list.lock().unwrap().iter() {
+            assert!(!entry.cancel(), "nothing is pending after close");
+            if entry.cancelled() && slots.cancels[*id].load(Ordering::SeqCst) == 0 {
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "close came after every add: the race was not exercised"
+    );
+    assert!(runs_later > 0);
+    for id in 0..TASKS {
+        let (runs, cancels, drops) = (
+            slots.runs[id].load(Ordering::SeqCst),
+            slots.cancels[id].load(Ordering::SeqCst),
+            slots.drops[id].load(Ordering::SeqCst),
+        );
+        assert!(
+            runs + cancels <= 1,
+            "task {id}: ran {runs}, cancelled {cancels}"
+        );
+        assert_eq!(drops, 1, "task {id} freed {drops} times");
+    }
+    assert_eq!(timer.size(), 0);
+}
