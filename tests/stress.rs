@@ -679,3 +679,53 @@ fn concurrent_adds_on_a_mock_clock_fire_neither_early_nor_late() {
     assert_eq!(timer.size(), 0);
     timer.close();
 }
+
+/// `cancelled()` is shared by a handle and all its clones, also by the first clones of a
+/// handle made while another thread cancels through it (the handle's flag goes from
+/// private to shared during the cancel): afterwards every handle reports the cancel.
+#[test]
+fn clones_made_while_cancelling_all_report_cancelled() {
+    const ROUNDS: usize = 5_000;
+    let timer = SystemTimer::builder("clone-race")
+        .time(MockTime::new())
+        .build();
+    let start = Barrier::new(2);
+    let end = Barrier::new(2);
+    // The original handle, never cloned before the race.
+    let slot: std::sync::RwLock<Option<TimerTaskEntry>> = std::sync::RwLock::new(None);
+    let clones: std::sync::Mutex<Vec<TimerTaskEntry>> = std::sync::Mutex::new(Vec::new());
+    thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..ROUNDS {
+                start.wait();
+                let made: Vec<TimerTaskEntry> = {
+                    let guard = slot.read().unwrap();
+                    let original = guard.as_ref().unwrap();
+                    let first = original.clone();
+                    vec![first.clone(), original.clone(), first]
+                };
+                clones.lock().unwrap().extend(made);
+                end.wait();
+            }
+        });
+        for round in 0..ROUNDS {
+            *slot.write().unwrap() = Some(timer.add(timer_task(60_000, || {})));
+            start.wait();
+            assert!(slot.read().unwrap().as_ref().unwrap().cancel());
+            end.wait();
+            let guard = slot.read().unwrap();
+            let original = guard.as_ref().unwrap();
+            assert!(original.cancelled(), "round {round}");
+            for clone in clones.lock().unwrap().drain(..) {
+                assert!(
+                    clone.cancelled(),
+                    "round {round}: a clone missed the cancel"
+                );
+                assert!(!clone.cancel());
+            }
+            assert!(original.clone().cancelled(), "round {round}: a later clone");
+        }
+    });
+    assert_eq!(timer.size(), 0);
+    timer.close();
+}
