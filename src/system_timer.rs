@@ -196,11 +196,7 @@ fn add_timer_task_entry(
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
-        let expiration_ms = if delay_ms <= 0 {
-            self.time.hi_res_clock_ms().saturating_add(delay_ms)
-        } else {
-            hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms)
-        };
+        let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
         let wheel = self.timing_wheel.read();
         if self.closed.load(Ordering::Acquire) {
             drop(wheel);
