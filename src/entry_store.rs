@@ -15,7 +15,10 @@
 //! - A bucket ([`TimerTaskList`](crate::timer_task_list::TimerTaskList)) is one list *per
 //!   shard*: an entry is linked only with entries of its own shard, so no operation ever
 //!   holds two shard locks.
-//! - Lock order: the wheel's `RwLock`, then a shard's mutex, then the delay queue's mutex.
+//! - The shard locks also guard the timing wheel: an add holds its own shard's lock, and
+//!   moving the wheels' clocks holds all of them ([`EntryStore::lock_all`], in shard order,
+//!   the only place that holds more than one). Lock order: the timer's `advancing` mutex,
+//!   then shards in shard order, then the delay queue's mutex.
 //!   Nothing here calls user code: tasks are moved out under the lock and dropped or run
 //!   after it is released.
 //! - A slot's state: *vacant* (no task, generation 0, on the free list), *unlinked* (a task,
@@ -97,6 +100,8 @@ pub(crate) struct Slab {
     transit: Ends,
     /// Pending entries; mirrored into [`Shard::len`].
     len: usize,
+    /// Pages given back when the shard emptied, to be freed once the lock is released.
+    released: Vec<Box<[Node]>>,
 }
 
 impl Slab {
@@ -109,6 +114,7 @@ impl Slab {
             lists: Vec::new(),
             transit: Ends::EMPTY,
             len: 0,
+            released: Vec::new(),
         }
     }
 
@@ -280,17 +286,28 @@ impl Slab {
     }
 
     /// Once the shard is empty, gives back all pages but the first and restarts the bump
-    /// allocator, so a burst of timers does not pin its memory forever.
+    /// allocator, so a burst of timers does not pin its memory forever. The pages are only
+    /// set aside here: freeing a thousand of them can take milliseconds, which must not
+    /// happen under a lock (see [`Slab::take_released`]).
     fn reset_pages(&mut self) {
-        self.pages.truncate(1);
+        if self.pages.len() > 1 {
+            self.released.extend(self.pages.drain(1..));
+        }
         self.used = 0;
         self.free = NIL;
+    }
+
+    /// Returns the pages given back since the last call, for the caller to drop once it
+    /// holds no lock.
+    pub(crate) fn take_released(&mut self) -> Released {
+        Released(std::mem::take(&mut self.released))
     }
 
     /// Empties the shard and returns its pages (with the tasks in them) for the caller to
     /// drop after releasing the lock.
     fn clear(&mut self) -> Vec<Box<[Node]>> {
-        let pages = std::mem::take(&mut self.pages);
+        let mut pages = std::mem::take(&mut self.pages);
+        pages.append(&mut self.released);
         self.used = 0;
         self.free = NIL;
         self.lists.clear();
@@ -322,7 +339,7 @@ impl Shard {
     /// Locks the shard.
     pub(crate) fn lock(&self) -> ShardGuard<'_> {
         ShardGuard {
-            slab: self.slab.lock(),
+            slab: Some(self.slab.lock()),
             len: &self.len,
         }
     }
@@ -335,27 +352,56 @@ impl EntryOwner for Shard {
 }
 
 /// A locked shard. Publishes the shard's length when dropped.
+///
+/// Pages the shard gave back while locked are freed after the unlock, unless the holder
+/// took them with [`Slab::take_released`] to free even later.
 pub(crate) struct ShardGuard<'a> {
-    slab: MutexGuard<'a, Slab>,
+    /// `Some` until dropped.
+    slab: Option<MutexGuard<'a, Slab>>,
     len: &'a AtomicUsize,
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
     type Target = Slab;
     fn deref(&self) -> &Slab {
-        &self.slab
+        self.slab.as_deref().expect("ShardGuard used after drop")
     }
 }
 
 impl std::ops::DerefMut for ShardGuard<'_> {
     fn deref_mut(&mut self) -> &mut Slab {
-        &mut self.slab
+        self.slab
+            .as_deref_mut()
+            .expect("ShardGuard used after drop")
     }
 }
 
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
-        self.len.store(self.slab.len, Ordering::Relaxed);
+        let Some(mut slab) = self.slab.take() else {
+            return;
+        };
+        self.len.store(slab.len, Ordering::Relaxed);
+        let released = slab.take_released();
+        // Fair: a parked waiter gets the lock before this thread can take it back. Without
+        // it, a thread adding in a loop re-takes its shard ahead of `lock_all` (a clock move
+        // or `close`) for up to parking_lot's 0.5 ms fairness timeout, on every shard. The
+        // uncontended path is the same single atomic as `unlock`.
+        MutexGuard::unlock_fair(slab);
+        drop(released);
+    }
+}
+
+/// Slab pages given back by an emptied shard; freeing them is the holder's job, outside
+/// every lock.
+#[derive(Default)]
+#[must_use = "dropping this frees the pages: do it after releasing every lock"]
+pub(crate) struct Released(Vec<Box<[Node]>>);
+
+impl Released {
+    /// Adds `other`'s pages to these.
+    pub(crate) fn absorb(&mut self, mut other: Released) {
+        self.0.append(&mut other.0);
     }
 }
 

@@ -97,3 +97,8 @@ pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::Timer;
 pub use timer_task::{FnTask, TimerTask, timer_task};
 pub use timer_task_entry::TimerTaskEntry;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -7,6 +7,8 @@
 //!   released, so a task may add to, cancel on, or advance its own timer.
 //! - As in [`SystemTimer`](crate::SystemTimer), a task is taken out of the map under the
 //!   lock exactly once, by whoever runs or cancels it.
+//! - `closed` is set under that lock, and `add` checks it again under the lock before
+//!   inserting, so no task can slip into the map after `close` emptied it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -260,6 +262,13 @@ impl Timer for MockTimer {
             return TimerTaskEntry::expired(expiration_ms);
         }
         let mut pending = self.state.pending.lock();
+        // Checked again under the lock that `close` empties the map under: a task is either
+        // in the map before `close` takes it, or refused.
+        if self.state.closed.load(Ordering::Acquire) {
+            drop(pending);
+            drop(task);
+            return TimerTaskEntry::refused(expiration_ms);
+        }
         let seq = pending.next_seq;
         pending.next_seq += 1;
         pending.by_expiration.insert((expiration_ms, seq), task);
@@ -295,10 +304,13 @@ impl Timer for MockTimer {
     }
 
     fn close(&self) {
+        let mut pending = self.state.pending.lock();
         if self.state.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        let dropped = std::mem::take(&mut *self.state.pending.lock());
+        let dropped = std::mem::take(&mut *pending);
+        drop(pending);
+        // Dropped after the lock is released: a task's `Drop` may call back into the timer.
         drop(dropped);
     }
 }

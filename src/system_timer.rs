@@ -14,9 +14,12 @@
 //!   flush on the same shard) sees the wheels either before or after a clock move, never
 //!   half of one, and lands in the right bucket either way. A bucket being flushed may be
 //!   offered to the delay queue again meanwhile; a second, empty flush of it is harmless.
-//! - `closed` only goes from false to true, with every shard locked; `add` reads it under
-//!   its shard's lock and `advance_clock` under `advancing`, so none of them acts on a
-//!   closed timer.
+//! - `closed` only goes from false to true, first thing in `close`, which then locks
+//!   `advancing` and every shard before it empties the store. `add` reads it under its
+//!   shard's lock: an add that read false finished with its shard before `close` locked
+//!   it, so `close` finds (and drops) its entry, or waits for its hand-over to the
+//!   executor. Setting it first stops adding threads at once; they do not race `close`
+//!   for the shard locks one by one. `advance_clock` reads it under `advancing`.
 //! - An entry's life: `add` stores it in a shard and links it into a bucket (or, already
 //!   expired, hands its task straight to the executor). The bucket is offered to the delay
 //!   queue when its expiration changes. `advance_clock` takes due buckets from the queue,
@@ -33,7 +36,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{EntryStore, Slab};
+use crate::entry_store::{EntryStore, Released, Slab};
 use crate::executor::Executor;
 use crate::time::hi_res_clock_ms_ceil;
 use crate::timer_task_entry::EntryOwner;
@@ -78,6 +81,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// - Expirations are computed from the instant `add` is called, rounded *up* to the next
 ///   millisecond, so with a 1 ms tick no task runs before that instant plus its delay.
 ///   (Kafka reads the clock after taking the lock and rounds down.)
+/// - A task whose delay is zero or negative goes to the executor at once. (Kafka puts it
+///   in the wheel if the wheel's clock lags, as it does after an idle spell, and it then
+///   waits for the next `advance_clock`.)
 /// - A closed timer refuses new tasks (their entries report [`cancelled`]), its
 ///   `advance_clock` returns false at once, and the tasks still waiting are dropped at
 ///   `close`. Kafka's throws `RejectedExecutionException` or keeps them forever.
@@ -96,7 +102,7 @@ pub struct SystemTimer {
     /// Held by `advance_clock` and `close` for their whole run.
     advancing: Mutex<()>,
     executor: Executor,
-    /// Set once, with `advancing` and every shard locked.
+    /// Set once, at the start of `close`.
     closed: AtomicBool,
 }
 
@@ -119,7 +125,8 @@ impl SystemTimer {
     }
 
     /// Creates a timer with the given tick, wheel size and start time (on the
-    /// [`hi_res_clock_ms`] clock), like Kafka's four-argument constructor.
+    /// [`hi_res_clock_ms`] clock), like Kafka's four-argument constructor. A `start_ms`
+    /// later than the clock is taken as the clock's reading, so that nothing runs early.
     ///
     /// [`hi_res_clock_ms`]: crate::hi_res_clock_ms
     ///
@@ -201,13 +208,22 @@ fn add_timer_task_entry(
 
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(task.delay_ms());
+        let delay_ms = task.delay_ms();
+        let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
         let shard = self.store.local_shard();
         let mut slab = shard.lock();
         if self.closed.load(Ordering::Acquire) {
             drop(slab);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
+        }
+        if delay_ms <= 0 {
+            // Already expired, whatever the wheel's clock says (see "Differences"). Still
+            // under the shard's lock, so a concurrent `close` waits for this hand-over and
+            // then for the task.
+            self.executor.submit(task);
+            drop(slab);
+            return TimerTaskEntry::expired(expiration_ms);
         }
         let key = slab.insert(task, expiration_ms);
         if self.timing_wheel.add(&mut slab, key.index) {
@@ -231,26 +247,35 @@ impl Timer for SystemTimer {
         let Some(first) = self.delay_queue.poll_timeout(timeout_ms) else {
             return false;
         };
-        let _advancing = self.advancing.lock();
+        let advancing = self.advancing.lock();
         if self.is_closed() {
             return false;
         }
         let wheel = &self.timing_wheel;
+        // Only buckets due by now: adds go on during a flush, and can keep making buckets
+        // due; the next call takes those. (Under Kafka's write lock the loop ended by
+        // itself.) This bounds how long `close` can wait for `advancing`.
+        let due_by_ms = first.1.max(self.time.hi_res_clock_ms());
         let mut expired = Vec::new();
+        let mut released = Released::default();
         let mut next = Some(first);
         while let Some((bucket, due_ms)) = next {
             // The due time the bucket was queued with, not its expiration now: the queue
             // only hands out items due by the clock, so the wheels never run ahead of it.
             wheel.advance_clock(due_ms, &self.store.lock_all());
-            bucket.flush(&self.store, |slab, index| {
+            released.absorb(bucket.flush(&self.store, |slab, index| {
                 add_timer_task_entry(wheel, slab, index, &mut expired);
                 if expired.len() >= EXECUTOR_BATCH {
                     self.executor.submit_batch(std::mem::take(&mut expired));
                 }
-            });
-            next = self.delay_queue.poll();
+            }));
+            next = self.delay_queue.poll_due_by(due_by_ms);
         }
+        // Handed over under `advancing`, so that a `close` waits for these tasks too.
         self.executor.submit_batch(expired);
+        drop(advancing);
+        // Freed last, outside the lock: the expired tasks are already on their way.
+        drop(released);
         true
     }
 
@@ -260,9 +285,11 @@ impl Timer for SystemTimer {
 
     fn close(&self) {
         let cleared = {
+            let already_closed = self.closed.swap(true, Ordering::AcqRel);
+            // A second `close` still waits here for the first one to empty the store.
             let _advancing = self.advancing.lock();
             let mut all = self.store.lock_all();
-            if self.closed.swap(true, Ordering::AcqRel) {
+            if already_closed {
                 return;
             }
             self.delay_queue.close();
@@ -335,6 +362,9 @@ impl SystemTimerBuilder {
 
     /// Sets the wheel's start time on the timer's clock (default: the clock's
     /// [`hi_res_clock_ms`](Time::hi_res_clock_ms) when [`build`](Self::build) is called).
+    ///
+    /// A start later than the clock is taken as the clock's reading: a wheel ahead of its
+    /// clock would run tasks early. (Kafka takes it as given.)
     pub fn start_ms(mut self, start_ms: i64) -> Self {
         self.start_ms = Some(start_ms);
         self
@@ -354,7 +384,12 @@ impl SystemTimerBuilder {
     /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31.
     #[track_caller]
     pub fn build(self) -> SystemTimer {
-        let start_ms = self.start_ms.unwrap_or_else(|| self.time.hi_res_clock_ms());
+        let now_ms = self.time.hi_res_clock_ms();
+        // A wheel ahead of its clock would take tasks due before its start for expired
+        // and run them early (Kafka does); start it at the clock instead.
+        let start_ms = self
+            .start_ms
+            .map_or(now_ms, |start_ms| start_ms.min(now_ms));
         let delay_queue = Arc::new(DelayQueue::new(Arc::clone(&self.time)));
         let timing_wheel = TimingWheel::new(
             self.tick_ms,

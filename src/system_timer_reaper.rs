@@ -6,13 +6,17 @@
 //!   only calls `advance_clock(200)` on it.
 //! - `shutdown` is set once, by `close`; the thread checks it between polls, so `close`
 //!   waits for at most one poll (200 ms) plus the flush in progress.
-//! - `thread` (the join handle) is taken by the first `close`; later calls find it gone.
+//! - `thread` (the join handle) is taken by the first `close` from another thread, which
+//!   joins it *while holding the mutex*, so a concurrent `close` returns only once the
+//!   thread has ended. A `close` on the reaper thread itself (from a task of a timer that
+//!   runs tasks on its caller, such as `MockTimer`) never touches the mutex: it only sets
+//!   `shutdown` and closes the timer, and the thread ends after the current poll.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, ThreadId};
 
 use parking_lot::Mutex;
 
@@ -52,7 +56,9 @@ const WORK_TIMEOUT_MS: i64 = 200;
 pub struct SystemTimerReaper {
     timer: Arc<dyn Timer>,
     shutdown: Arc<AtomicBool>,
+    /// Taken and joined, under the lock, by the first `close` from another thread.
     thread: Mutex<Option<JoinHandle<()>>>,
+    thread_id: ThreadId,
     finished: Arc<AtomicBool>,
 }
 
@@ -91,6 +97,7 @@ impl SystemTimerReaper {
         SystemTimerReaper {
             timer,
             shutdown,
+            thread_id: thread.thread().id(),
             thread: Mutex::new(Some(thread)),
             finished,
         }
@@ -118,12 +125,12 @@ impl Timer for SystemTimerReaper {
 
     fn close(&self) {
         self.shutdown.store(true, Ordering::Release);
-        let thread = self.thread.lock().take();
-        if let Some(thread) = thread {
-            if thread.thread().id() == std::thread::current().id() {
-                // Closed from the reaper thread itself: it ends after this poll.
-                drop(thread);
-            } else if thread.join().is_err() {
+        // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
+        if std::thread::current().id() != self.thread_id {
+            // Joined under the lock: a concurrent `close` waits here until the thread ended.
+            let mut thread = self.thread.lock();
+            let joined = thread.take().map(JoinHandle::join);
+            if let Some(Err(_)) = joined {
                 log::error!("reaper thread panicked");
             }
         }

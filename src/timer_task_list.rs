@@ -5,13 +5,16 @@
 //! - A bucket's entries are linked through the slots of the
 //!   [`EntryStore`](crate::entry_store::EntryStore), one list per shard, all under the id
 //!   of the bucket. Linking and unlinking need that shard's lock (`&mut Slab`).
-//! - `expiration_ms` is atomic. It is set by adds (under the wheel's read lock) and reset
-//!   by a flush (under the wheel's write lock), so the two never interleave.
+//! - `expiration_ms` is atomic. It is set by adds and re-adds (under the lock of the shard
+//!   they link into) and reset by a flush before it moves any shard's list. An add may run
+//!   during a flush: if it still reads the old expiration (and so does not queue the
+//!   bucket), it linked its entry before the flush moved that shard's list, so the flush
+//!   re-adds the entry, and that re-add queues the bucket.
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::entry_store::{EntryStore, Slab};
+use crate::entry_store::{EntryStore, Released, Slab};
 
 /// A bucket's expiration when it holds no expiration: never set, or flushed since.
 pub(crate) const NO_EXPIRATION: i64 = i64::MIN;
@@ -35,12 +38,32 @@ impl TimerTaskList {
         }
     }
 
-    /// Sets the bucket's expiration. Returns true if it changed.
+    /// Sets the bucket's expiration, unless it already has an earlier one. Returns true if
+    /// it changed (then the caller offers the bucket to the delay queue).
+    ///
+    /// Kafka swaps unconditionally. The two differ only when one bucket holds entries of
+    /// two rounds, which Kafka's wheels never do but this port's top level (and a wheel of
+    /// size 1) can: keeping the earlier expiration flushes the bucket early enough for all
+    /// its entries (the later ones are re-added), and does not queue the bucket again for
+    /// every add that alternates between the rounds.
     pub(crate) fn set_expiration(&self, expiration_ms: i64) -> bool {
         // Reading first keeps the common case (same tick, same bucket) free of writes to a
         // cache line that every adding thread reads.
-        self.expiration_ms.load(Ordering::Relaxed) != expiration_ms
-            && self.expiration_ms.swap(expiration_ms, Ordering::Relaxed) != expiration_ms
+        let mut current = self.expiration_ms.load(Ordering::Relaxed);
+        loop {
+            if current != NO_EXPIRATION && current <= expiration_ms {
+                return false;
+            }
+            match self.expiration_ms.compare_exchange_weak(
+                current,
+                expiration_ms,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
     }
 
     /// Returns the bucket's expiration, or [`NO_EXPIRATION`].
@@ -66,20 +89,31 @@ impl TimerTaskList {
     /// A shard's whole list moves to the shard's transit list at once; the transit list is
     /// then drained [`FLUSH_CHUNK`] entries per lock hold. A cancel may take an entry out of
     /// the transit list meanwhile, exactly as out of a bucket.
-    pub(crate) fn flush(&self, store: &EntryStore, mut f: impl FnMut(&mut Slab, u32)) {
+    ///
+    /// Returns the slab pages that shards gave back on emptying, for the caller to free
+    /// after it has released the wheel's lock and handed the expired tasks over.
+    pub(crate) fn flush(&self, store: &EntryStore, mut f: impl FnMut(&mut Slab, u32)) -> Released {
         self.expiration_ms.store(NO_EXPIRATION, Ordering::Relaxed);
+        let mut released = Released::default();
         for shard in store.shards() {
             shard.lock().move_to_transit(self.id);
-            'drain: loop {
+            loop {
                 let mut slab = shard.lock();
+                let mut drained = false;
                 for _ in 0..FLUSH_CHUNK {
                     let Some(index) = slab.pop_transit() else {
-                        break 'drain;
+                        drained = true;
+                        break;
                     };
                     f(&mut slab, index);
                 }
+                released.absorb(slab.take_released());
+                if drained {
+                    break;
+                }
             }
         }
+        released
     }
 
     /// Calls `f` with every entry's key, shard by shard.
@@ -208,13 +242,18 @@ mod tests {
     }
 
     #[test]
-    fn set_expiration_reports_changes_only() {
+    fn set_expiration_keeps_the_earliest_and_reports_changes() {
         let list = TimerTaskList::new(0);
         assert_eq!(list.expiration_ms(), NO_EXPIRATION);
         assert!(list.set_expiration(10));
         assert!(!list.set_expiration(10));
-        assert!(list.set_expiration(13));
-        assert_eq!(list.expiration_ms(), 13);
+        assert!(
+            !list.set_expiration(13),
+            "a later round waits for the earlier flush"
+        );
+        assert_eq!(list.expiration_ms(), 10);
+        assert!(list.set_expiration(7));
+        assert_eq!(list.expiration_ms(), 7);
     }
 
     #[test]
@@ -230,10 +269,10 @@ mod tests {
         }
         list.set_expiration(5);
         let mut seen = Vec::new();
-        list.flush(&store, |slab, index| {
+        drop(list.flush(&store, |slab, index| {
             seen.push(slab.expiration_ms(index));
             drop(slab.remove(index));
-        });
+        }));
         // Shard by shard: shard 0 had 0, 2, 4; shard 1 had 1, 3, 5.
         assert_eq!(seen, [0, 2, 4, 1, 3, 5]);
         assert_eq!(size(&list, &store), 0);

@@ -38,11 +38,14 @@
 //!   advance, and an add on one shard never waits for an add on another (there is no
 //!   timer-wide lock word for adding threads to share). `current_time_ms` is atomic only
 //!   so that this is safe Rust; the shard locks order its accesses (`Relaxed` suffices).
-//! - The overflow wheel is a [`OnceLock`]: two adds under the read lock may race to create
+//! - The overflow wheel is a [`OnceLock`]: two adds on different shards may race to create
 //!   it; one wins, both use it.
-//! - Arithmetic saturates. The level whose interval reaches past `i64::MAX` (or a wheel of
-//!   size 1, whose overflow would never grow) keeps every later entry itself: it is the
-//!   top, and no wheel is created above it.
+//! - Arithmetic saturates. The level whose interval saturates, or whose range reaches
+//!   `i64::MAX`, or a wheel of size 1 (whose overflow would never grow), keeps every later
+//!   entry itself: it is the top, and no wheel is created above it. Two virtual ids may then
+//!   share a bucket; that costs an extra flush, never a late or lost entry, because the
+//!   timer advances to the due time the bucket was queued with and re-adds what is not yet
+//!   due.
 //!
 //! # Differences from Kafka
 //!
@@ -137,7 +140,9 @@ impl TimingWheel {
 
     /// True if this level keeps every entry past its own range (nothing above it).
     fn is_top(&self) -> bool {
-        self.wheel_size == 1 || self.current_time_ms().saturating_add(self.interval_ms) == i64::MAX
+        self.wheel_size == 1
+            || self.interval_ms == i64::MAX
+            || self.current_time_ms().saturating_add(self.interval_ms) == i64::MAX
     }
 
     /// Puts the entry in slot `index` of `slab` into its bucket, at this level or above.
@@ -336,12 +341,12 @@ mod tests {
             while let Some((bucket, due_ms)) = self.queue.poll() {
                 self.wheel.advance_clock(due_ms, &self.store.lock_all());
                 let wheel = &self.wheel;
-                bucket.flush(&self.store, |slab, index| {
+                drop(bucket.flush(&self.store, |slab, index| {
                     if !wheel.add(slab, index) {
                         fired.push(slab.expiration_ms(index) - self.c);
                         drop(slab.remove(index));
                     }
-                });
+                }));
             }
             fired
         }

@@ -1,0 +1,256 @@
+//! The `reconcile` example's core, run small: every order paid or expired exactly once, no
+//! stock left reserved, and sane lateness figures.
+
+#[allow(dead_code)]
+#[path = "../examples/reconcile.rs"]
+mod reconcile;
+
+use reconcile::{Command, Config, Lateness, Report, parse_args, run};
+
+/// A run small enough for a debug build on a shared 2-core machine.
+fn small(orders: u32, pay_ratio: f64) -> Config {
+    Config {
+        orders,
+        deadline_min_ms: 50,
+        deadline_max_ms: 200,
+        pay_ratio,
+        progress: false,
+        ..Config::default()
+    }
+}
+
+/// Checks what every run must satisfy, whatever its parameters.
+fn assert_books_balance(report: &Report, config: &Config) {
+    let summary = report.summary(config);
+    assert!(report.invariant_holds(), "invariant failed:\n{summary}");
+    assert!(summary.contains("result: OK"), "{summary}");
+    assert_eq!(report.orders, u64::from(config.orders));
+    assert_eq!(report.paid + report.expired, report.orders, "{summary}");
+    assert_eq!(report.states_paid, report.paid);
+    assert_eq!(report.states_expired, report.expired);
+    assert_eq!((report.double_outcomes, report.no_outcome), (0, 0));
+    assert_eq!(report.stock_reserved_left, 0, "{summary}");
+    assert_eq!(
+        report.stock_sold + report.stock_returned,
+        report.stock_reserved_total
+    );
+    assert!(
+        report.stock_reserved_total >= report.orders,
+        "1-3 units per order"
+    );
+    assert_eq!(report.timer_size_at_end, 0);
+    assert_eq!(
+        report.cancels,
+        report.paid + report.paid_too_late,
+        "every payment is one cancel, won or lost"
+    );
+    assert!(report.paid_too_late <= report.expired);
+    assert!(report.add_time > std::time::Duration::ZERO);
+    assert!(report.create_time >= report.add_time);
+}
+
+/// Lateness must be ordered, never earlier than the tick allows, and not absurd.
+fn assert_lateness_sane(lateness: Lateness, tick_ms: i64) {
+    let Lateness {
+        min_us,
+        p50_us,
+        p99_us,
+        max_us,
+    } = lateness;
+    assert!(
+        min_us <= p50_us && p50_us <= p99_us && p99_us <= max_us,
+        "{lateness:?}"
+    );
+    // With a 1 ms tick no check runs before the instant of its add plus its delay; with a
+    // coarser tick, up to one tick earlier.
+    let earliest_us = if tick_ms == 1 { 0 } else { -tick_ms * 1_000 };
+    assert!(min_us >= earliest_us, "a check fired early: {lateness:?}");
+    assert!(max_us < 2_000_000, "a check fired 2 s late: {lateness:?}");
+}
+
+#[test]
+fn every_order_is_paid_or_expired_exactly_once() {
+    let config = small(20_000, 0.9);
+    let report = run(&config);
+    assert_books_balance(&report, &config);
+    assert!(report.paid > 0 && report.expired > 0, "{report:?}");
+    // About 10 % are never paid (2,000 of 20,000; the seed is fixed); a payer slowed down
+    // by a busy machine loses more races, so the upper bound is loose.
+    assert!(
+        (1_000..=8_000).contains(&report.expired),
+        "expired {}",
+        report.expired
+    );
+    assert_lateness_sane(report.lateness, config.tick_ms);
+}
+
+#[test]
+fn nobody_pays_so_every_check_returns_its_stock() {
+    let config = small(5_000, 0.0);
+    let report = run(&config);
+    assert_books_balance(&report, &config);
+    assert_eq!(report.expired, 5_000);
+    assert_eq!((report.paid, report.cancels), (0, 0));
+    assert_eq!(report.stock_returned, report.stock_reserved_total);
+    assert_lateness_sane(report.lateness, config.tick_ms);
+}
+
+#[test]
+fn everybody_pays_and_only_lost_races_expire() {
+    let config = small(5_000, 1.0);
+    let report = run(&config);
+    assert_books_balance(&report, &config);
+    assert!(report.paid > 0);
+    assert_eq!(report.cancels, 5_000);
+    assert_eq!(
+        report.expired, report.paid_too_late,
+        "an order that was paid in time expired"
+    );
+}
+
+#[test]
+fn coarse_multi_level_wheel_keeps_the_books() {
+    // Levels span 40 ms, 160 ms, 640 ms: deadlines of 50-200 ms start on upper wheels.
+    let config = Config {
+        tick_ms: 10,
+        wheel_size: 4,
+        seed: 7,
+        ..small(10_000, 0.5)
+    };
+    let report = run(&config);
+    assert_books_balance(&report, &config);
+    assert!(report.paid > 0 && report.expired > 0, "{report:?}");
+    assert_lateness_sane(report.lateness, config.tick_ms);
+}
+
+#[test]
+fn invariant_check_can_fail() {
+    let config = small(1_000, 0.5);
+    let good = run(&config);
+    assert!(good.invariant_holds());
+
+    let mut bad = good.clone();
+    bad.double_outcomes = 1;
+    assert!(!bad.invariant_holds());
+    assert!(bad.summary(&config).contains("result: FAILED"));
+
+    let mut bad = good.clone();
+    bad.stock_reserved_left = 2;
+    assert!(!bad.invariant_holds());
+
+    let mut bad = good.clone();
+    bad.no_outcome = 1;
+    bad.expired -= 1;
+    bad.states_expired -= 1;
+    assert!(!bad.invariant_holds());
+
+    let mut bad = good;
+    bad.states_paid += 1;
+    assert!(
+        !bad.invariant_holds(),
+        "state counts disagree with the counters"
+    );
+}
+
+#[test]
+fn lateness_percentiles_are_nearest_rank() {
+    let lateness = Lateness::of((1..=100).rev().collect());
+    assert_eq!(
+        lateness,
+        Lateness {
+            min_us: 1,
+            p50_us: 50,
+            p99_us: 99,
+            max_us: 100,
+        }
+    );
+    assert_eq!(Lateness::of(vec![7]).p99_us, 7);
+    assert_eq!(Lateness::of(Vec::new()), Lateness::default());
+}
+
+fn args(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+#[test]
+fn command_line_defaults_and_flags() {
+    assert_eq!(parse_args(args("")), Ok(Command::Run(Config::default())));
+    let defaults = Config::default();
+    assert_eq!(
+        (
+            defaults.orders,
+            defaults.deadline_min_ms,
+            defaults.deadline_max_ms
+        ),
+        (1_000_000, 1_000, 3_000)
+    );
+    assert_eq!(
+        (defaults.pay_ratio, defaults.tick_ms, defaults.wheel_size),
+        (0.9, 1, 20)
+    );
+
+    let parsed = parse_args(args(
+        "--orders 500 --deadline-min-ms=10 --deadline-max-ms 20 --pay-ratio 0.25 \
+         --tick-ms 2 --wheel-size=8 --seed 9 --no-progress",
+    ));
+    assert_eq!(
+        parsed,
+        Ok(Command::Run(Config {
+            orders: 500,
+            deadline_min_ms: 10,
+            deadline_max_ms: 20,
+            pay_ratio: 0.25,
+            tick_ms: 2,
+            wheel_size: 8,
+            seed: 9,
+            progress: false,
+        }))
+    );
+    assert_eq!(parse_args(args("--orders 5 --help")), Ok(Command::Help));
+    assert_eq!(parse_args(args("-h")), Ok(Command::Help));
+    assert!(reconcile::USAGE.contains("--pay-ratio"));
+}
+
+#[test]
+fn command_line_rejects_bad_input() {
+    for line in [
+        "--orders",
+        "--orders many",
+        "--orders -1",
+        "--frobnicate",
+        "--pay-ratio 1.5",
+        "--deadline-min-ms 0",
+        "--deadline-min-ms 300 --deadline-max-ms 200",
+        "--tick-ms 0",
+        "--wheel-size 0",
+    ] {
+        assert!(parse_args(args(line)).is_err(), "accepted {line:?}");
+    }
+}
+
+/// Regression test, found with the defaults run: the check that ran last was late by
+/// 66-182 ms (it was the summary's "max") while its neighbours ran within a few ms.
+///
+/// Cause: when the last pending entry of an entry-store shard was removed, the shard freed
+/// all its slab pages but one right there, inside `advance_clock`, under the wheel's
+/// write lock, before the flushed batch went to the executor; with 1,000,000 orders from
+/// one thread that is ~600-900 pages, and one `free` took up to 95 ms. Now the pages are
+/// freed after the locks are released and the batch is handed over (src/entry_store.rs,
+/// `Released`). It runs the full defaults, too slow for a debug build: CI runs it with
+/// `cargo test --release --test reconcile -- --ignored`.
+#[test]
+#[ignore = "the 1,000,000-order defaults: run in release (see the doc comment)"]
+fn last_check_is_not_delayed_by_releasing_the_store() {
+    let config = Config {
+        progress: false,
+        ..Config::default()
+    };
+    let report = run(&config);
+    assert_books_balance(&report, &config);
+    let late_ms = report.last_expiry_lateness_us as f64 / 1000.0;
+    assert!(
+        late_ms < 30.0,
+        "the last check ran {late_ms:.1} ms late (p99 {:.1} ms)",
+        report.lateness.p99_us as f64 / 1000.0
+    );
+}

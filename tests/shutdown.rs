@@ -1,0 +1,611 @@
+//! Shutdown of `SystemTimer`: `close` with a million pending timers, dropping a timer from
+//! inside its own task, re-entrant tasks and task `Drop`s, idempotence, and what a closed
+//! timer does.
+//!
+//! Every wait that could hang on a deadlock goes through a channel with a timeout, so a
+//! deadlock fails the test instead of hanging the suite.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
+
+/// Pending timers for the big `close`.
+const PENDING: usize = 1_000_000;
+/// The bound on `close` with `PENDING` timers: 100 ms in release (measured: ~30 ms). A
+/// debug build measured ~40 ms; it gets 250 ms for the slower build on a shared machine.
+const CLOSE_BOUND: Duration = if cfg!(debug_assertions) {
+    Duration::from_millis(250)
+} else {
+    Duration::from_millis(100)
+};
+/// How long any wait may take before it counts as a deadlock.
+const DEADLOCK: Duration = Duration::from_secs(20);
+/// "At once": far below the timeouts asked for (60 s), far above any scheduling hiccup.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+fn mock_timer(name: &str) -> (MockTime, SystemTimer) {
+    let time = MockTime::new();
+    let timer = SystemTimer::builder(name).time(time.clone()).build();
+    (time, timer)
+}
+
+/// Waits until every task handed to `timer`'s executor so far has run.
+fn barrier(timer: &dyn Timer) {
+    let (tx, rx) = mpsc::channel();
+    timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
+    rx.recv_timeout(DEADLOCK)
+        .expect("executor did not reach the barrier");
+}
+
+/// A task that counts its drops and runs.
+struct Counted {
+    delay_ms: i64,
+    drops: Arc<AtomicUsize>,
+    runs: Arc<AtomicUsize>,
+}
+
+impl TimerTask for Counted {
+    fn delay_ms(&self) -> i64 {
+        self.delay_ms
+    }
+    fn run(self: Box<Self>) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn close_with_a_million_pending_timers_is_fast_and_frees_them() {
+    let (_time, timer) = mock_timer("million");
+    let drops = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    for i in 0..PENDING {
+        timer.add(Box::new(Counted {
+            // Spread over many buckets and levels: 1 ms to ~16 min.
+            delay_ms: 1 + (i as i64 * 7_919) % 1_000_000,
+            drops: Arc::clone(&drops),
+            runs: Arc::clone(&runs),
+        }));
+    }
+    assert_eq!(timer.size(), PENDING);
+    let start = Instant::now();
+    timer.close();
+    let took = start.elapsed();
+    eprintln!("close of {PENDING} pending timers took {took:?}");
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        PENDING,
+        "close frees every task"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "and runs none");
+    assert_eq!(timer.size(), 0);
+    assert!(
+        took < CLOSE_BOUND,
+        "close took {took:?} (bound {CLOSE_BOUND:?})"
+    );
+}
+
+#[test]
+fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
+    let (_time, timer) = mock_timer("self-drop");
+    let timer = Arc::new(timer);
+    let weak = Arc::downgrade(&timer);
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    // A pending task the drop must free without running.
+    let pending_drops = Arc::new(AtomicUsize::new(0));
+    let pending_runs = Arc::new(AtomicUsize::new(0));
+    timer.add(Box::new(Counted {
+        delay_ms: 60_000,
+        drops: Arc::clone(&pending_drops),
+        runs: Arc::clone(&pending_runs),
+    }));
+    let owned = Arc::clone(&timer);
+    timer.add(timer_task(i64::MIN, move || {
+        go_rx.recv().unwrap();
+        // The test has dropped its handle: this is the last one.
+        assert_eq!(Arc::strong_count(&owned), 1);
+        drop(owned);
+        // Reached only if the drop returned without panicking.
+        done_tx.send(()).unwrap();
+    }));
+    // Handed to the executor behind the dropping task: they still run.
+    const FOLLOWERS: usize = 10;
+    let (follow_tx, follow_rx) = mpsc::channel();
+    for n in 0..FOLLOWERS {
+        let follow_tx = follow_tx.clone();
+        timer.add(timer_task(i64::MIN, move || follow_tx.send(n).unwrap()));
+    }
+    drop(follow_tx);
+    drop(timer);
+    go_tx.send(()).unwrap();
+    done_rx
+        .recv_timeout(DEADLOCK)
+        .expect("dropping the timer inside its own task deadlocked or panicked");
+    let followed: Vec<usize> = (0..FOLLOWERS)
+        .map(|_| {
+            follow_rx
+                .recv_timeout(DEADLOCK)
+                .expect("a follower was lost")
+        })
+        .collect();
+    assert_eq!(followed, (0..FOLLOWERS).collect::<Vec<_>>());
+    assert!(weak.upgrade().is_none(), "the timer is gone");
+    assert_eq!(pending_drops.load(Ordering::SeqCst), 1);
+    assert_eq!(pending_runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
+    let (time, timer) = mock_timer("reentrant");
+    let timer = Arc::new(timer);
+    let (tx, rx) = mpsc::channel::<&'static str>();
+    let victim_drops = Arc::new(AtomicUsize::new(0));
+    let victim_runs = Arc::new(AtomicUsize::new(0));
+    let victim = timer.add(Box::new(Counted {
+        delay_ms: 50,
+        drops: Arc::clone(&victim_drops),
+        runs: Arc::clone(&victim_runs),
+    }));
+    let later: Arc<OnceLock<TimerTaskEntry>> = Arc::new(OnceLock::new());
+    {
+        let timer2 = Arc::clone(&timer);
+        let later = Arc::clone(&later);
+        let tx = tx.clone();
+        timer.add(timer_task(i64::MIN, move || {
+            assert!(victim.cancel(), "cancel from inside a task");
+            let tx1 = tx.clone();
+            let entry = timer2.add(timer_task(10, move || tx1.send("later").unwrap()));
+            later.set(entry).unwrap();
+            let tx2 = tx.clone();
+            timer2.add(timer_task(i64::MIN, move || tx2.send("now").unwrap()));
+            timer2.advance_clock(0);
+            tx.send("first").unwrap();
+        }));
+    }
+    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("first"));
+    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("now"), "FIFO executor");
+    assert_eq!(victim_drops.load(Ordering::SeqCst), 1);
+    assert_eq!(timer.size(), 1);
+    time.sleep(10);
+    while timer.advance_clock(0) {}
+    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("later"));
+    assert!(!later.get().unwrap().cancel(), "already ran");
+    assert_eq!(victim_runs.load(Ordering::SeqCst), 0);
+
+    // A task that closes its own timer.
+    let timer2 = Arc::clone(&timer);
+    let tx3 = tx.clone();
+    timer.add(timer_task(i64::MIN, move || {
+        timer2.close();
+        tx3.send("closed").unwrap();
+    }));
+    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("closed"));
+    assert!(timer.is_closed());
+}
+
+#[test]
+fn close_is_idempotent_also_from_several_threads() {
+    let (_time, timer) = mock_timer("idempotent");
+    let drops = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    for i in 0..1_000 {
+        timer.add(Box::new(Counted {
+            delay_ms: 1 + i,
+            drops: Arc::clone(&drops),
+            runs: Arc::clone(&runs),
+        }));
+    }
+    let timer = Arc::new(timer);
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| timer.close());
+        }
+    });
+    timer.close();
+    timer.close();
+    assert!(timer.is_closed());
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1_000,
+        "each freed exactly once"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn after_close_add_returns_a_cancelled_entry_and_runs_nothing() {
+    let (time, timer) = mock_timer("closed-add");
+    timer.close();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let delays = [i64::MIN, -1, 0, 1, 10, 60_000, i64::MAX];
+    for (n, delay_ms) in delays.into_iter().enumerate() {
+        let entry = timer.add(Box::new(Counted {
+            delay_ms,
+            drops: Arc::clone(&drops),
+            runs: Arc::clone(&runs),
+        }));
+        assert!(entry.cancelled(), "delay {delay_ms}");
+        assert!(!entry.cancel(), "nothing left to cancel");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            n + 1,
+            "refused task dropped in add"
+        );
+    }
+    assert_eq!(timer.size(), 0);
+    time.sleep(i64::MAX);
+    assert!(!timer.advance_clock(0));
+    // The executor is still there; nothing reached it.
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn advance_clock_returns_false_at_once_after_close_even_with_a_long_timeout() {
+    let timer = SystemTimer::new("closed-advance");
+    timer.add(timer_task(1, || {}));
+    timer.close();
+    for timeout_ms in [0, 60_000, i64::MAX] {
+        let start = Instant::now();
+        assert!(!timer.advance_clock(timeout_ms));
+        assert!(
+            start.elapsed() < AT_ONCE,
+            "timeout {timeout_ms}: {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn close_wakes_a_thread_blocked_in_advance_clock() {
+    for timeout_ms in [60_000, i64::MAX] {
+        let timer = Arc::new(SystemTimer::new("wake"));
+        // A pending timer far away: the driver sleeps on it, not on an empty queue.
+        timer.add(timer_task(3_600_000, || {}));
+        let (tx, rx) = mpsc::channel();
+        let start = Instant::now();
+        let driver = {
+            let timer = Arc::clone(&timer);
+            thread::spawn(move || {
+                let flushed = timer.advance_clock(timeout_ms);
+                tx.send((flushed, start.elapsed())).unwrap();
+            })
+        };
+        const BLOCKED: Duration = Duration::from_millis(100);
+        thread::sleep(BLOCKED);
+        assert!(rx.try_recv().is_err(), "the driver is blocked");
+        timer.close();
+        let (flushed, waited) = rx
+            .recv_timeout(DEADLOCK)
+            .expect("close did not wake advance_clock");
+        driver.join().unwrap();
+        assert!(!flushed);
+        assert!(waited >= BLOCKED, "{waited:?}");
+        assert!(waited < BLOCKED + AT_ONCE, "{waited:?}");
+    }
+}
+
+#[test]
+fn close_lets_tasks_already_handed_to_the_executor_finish() {
+    const FOLLOWERS: usize = 100;
+    const SLOW: Duration = Duration::from_millis(300);
+    let (time, timer) = mock_timer("finish");
+    let started = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let waiting_drops = Arc::new(AtomicUsize::new(0));
+    let waiting_runs = Arc::new(AtomicUsize::new(0));
+    {
+        let started = Arc::clone(&started);
+        let finished = Arc::clone(&finished);
+        timer.add(timer_task(i64::MIN, move || {
+            started.store(true, Ordering::SeqCst);
+            thread::sleep(SLOW);
+            finished.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    // Handed over by a flush, behind the slow one.
+    for _ in 0..FOLLOWERS {
+        let finished = Arc::clone(&finished);
+        timer.add(timer_task(5, move || {
+            finished.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    // Still waiting in the wheel at close: dropped unrun.
+    timer.add(Box::new(Counted {
+        delay_ms: 60_000,
+        drops: Arc::clone(&waiting_drops),
+        runs: Arc::clone(&waiting_runs),
+    }));
+    time.sleep(5);
+    assert!(timer.advance_clock(0));
+    while !started.load(Ordering::SeqCst) {
+        thread::yield_now();
+    }
+    let start = Instant::now();
+    timer.close();
+    let took = start.elapsed();
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1 + FOLLOWERS,
+        "close returned before the handed-over tasks finished"
+    );
+    assert!(took < SLOW + Duration::from_secs(5), "{took:?}");
+    assert_eq!(waiting_drops.load(Ordering::SeqCst), 1);
+    assert_eq!(waiting_runs.load(Ordering::SeqCst), 0);
+}
+
+/// A task whose `Drop` calls back into its timer in every way it can.
+struct CallsBackOnDrop {
+    timer: Arc<SystemTimer>,
+    other: Arc<Mutex<Option<TimerTaskEntry>>>,
+    own: Arc<OnceLock<TimerTaskEntry>>,
+    dropped: mpsc::Sender<usize>,
+}
+
+impl TimerTask for CallsBackOnDrop {
+    fn delay_ms(&self) -> i64 {
+        60_000
+    }
+    fn run(self: Box<Self>) {
+        panic!("never due in these tests");
+    }
+}
+
+impl Drop for CallsBackOnDrop {
+    fn drop(&mut self) {
+        let size = self.timer.size();
+        self.timer.add(timer_task(60_000, || {}));
+        if let Some(entry) = self.own.get() {
+            assert!(!entry.cancel(), "being dropped: no longer pending");
+        }
+        if let Some(other) = self.other.lock().unwrap().take() {
+            other.cancel();
+        }
+        self.timer.advance_clock(0);
+        if self.timer.is_closed() {
+            self.timer.close();
+        }
+        self.dropped.send(size).unwrap();
+    }
+}
+
+fn add_calls_back(
+    timer: &Arc<SystemTimer>,
+    other: &Arc<Mutex<Option<TimerTaskEntry>>>,
+    dropped: &mpsc::Sender<usize>,
+) -> TimerTaskEntry {
+    let own = Arc::new(OnceLock::new());
+    let entry = timer.add(Box::new(CallsBackOnDrop {
+        timer: Arc::clone(timer),
+        other: Arc::clone(other),
+        own: Arc::clone(&own),
+        dropped: dropped.clone(),
+    }));
+    own.set(entry.clone()).unwrap();
+    entry
+}
+
+/// Runs `f` on another thread and fails instead of hanging if it deadlocks.
+fn without_deadlock(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let worker = thread::spawn(move || {
+        f();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(DEADLOCK)
+        .unwrap_or_else(|_| panic!("{what} deadlocked"));
+    worker.join().unwrap();
+}
+
+#[test]
+fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
+    let (_time, timer) = mock_timer("drop-on-cancel");
+    let timer = Arc::new(timer);
+    let (dropped_tx, dropped_rx) = mpsc::channel();
+    let other_drops = Arc::new(AtomicUsize::new(0));
+    let other = timer.add(Box::new(Counted {
+        delay_ms: 60_000,
+        drops: Arc::clone(&other_drops),
+        runs: Arc::new(AtomicUsize::new(0)),
+    }));
+    let other = Arc::new(Mutex::new(Some(other)));
+    let entry = add_calls_back(&timer, &other, &dropped_tx);
+    assert_eq!(timer.size(), 2);
+    without_deadlock("cancel", move || assert!(entry.cancel()));
+    let size_seen_in_drop = dropped_rx.recv_timeout(DEADLOCK).unwrap();
+    assert_eq!(
+        size_seen_in_drop, 1,
+        "the cancelled task was out of the store"
+    );
+    assert_eq!(
+        other_drops.load(Ordering::SeqCst),
+        1,
+        "its Drop cancelled the other"
+    );
+    assert_eq!(timer.size(), 1, "the task its Drop added");
+    timer.close();
+}
+
+#[test]
+fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
+    const TASKS: usize = 100;
+    let (_time, timer) = mock_timer("drop-on-close");
+    let timer = Arc::new(timer);
+    let (dropped_tx, dropped_rx) = mpsc::channel();
+    let other = Arc::new(Mutex::new(None));
+    for _ in 0..TASKS {
+        let entry = add_calls_back(&timer, &other, &dropped_tx);
+        *other.lock().unwrap() = Some(entry);
+    }
+    let closer = Arc::clone(&timer);
+    without_deadlock("close", move || closer.close());
+    for _ in 0..TASKS {
+        dropped_rx
+            .recv_timeout(DEADLOCK)
+            .expect("every waiting task is dropped by close");
+    }
+    assert_eq!(timer.size(), 0, "adds from Drop during close were refused");
+}
+
+#[test]
+fn dropping_an_unclosed_timer_frees_its_tasks() {
+    let (_time, timer) = mock_timer("drop");
+    let drops = Arc::new(AtomicUsize::new(0));
+    let runs = Arc::new(AtomicUsize::new(0));
+    for i in 0..10_000 {
+        timer.add(Box::new(Counted {
+            delay_ms: 1 + i,
+            drops: Arc::clone(&drops),
+            runs: Arc::clone(&runs),
+        }));
+    }
+    barrier(&timer);
+    drop(timer);
+    assert_eq!(drops.load(Ordering::SeqCst), 10_000);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn entries_outliving_their_timer_cancel_to_false_without_panicking() {
+    let (_time, timer) = mock_timer("outlived");
+    let drops = Arc::new(AtomicUsize::new(0));
+    let entries: Vec<TimerTaskEntry> = (0..1_000)
+        .map(|i| {
+            timer.add(Box::new(Counted {
+                delay_ms: 1 + i,
+                drops: Arc::clone(&drops),
+                runs: Arc::new(AtomicUsize::new(0)),
+            }))
+        })
+        .collect();
+    let clones: Vec<TimerTaskEntry> = entries.iter().step_by(2).cloned().collect();
+    drop(timer);
+    assert_eq!(drops.load(Ordering::SeqCst), 1_000);
+    for entry in entries.iter().chain(&clones) {
+        assert!(
+            !entry.cancel(),
+            "the timer dropped it: nothing left to prevent"
+        );
+        assert!(!entry.cancelled());
+    }
+}
+
+/// `close` in the middle of adds, cancels and flushes on other threads: every task is run
+/// at most once, cancelled at most once, never both, and freed exactly once; nothing runs
+/// after `close` returns; later cancels all return false.
+#[test]
+fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
+    const THREADS: usize = 3;
+    const PER_THREAD: usize = 20_000;
+    const TASKS: usize = THREADS * PER_THREAD;
+    struct Slots {
+        runs: Vec<AtomicUsize>,
+        cancels: Vec<AtomicUsize>,
+        drops: Vec<AtomicUsize>,
+    }
+    struct Task {
+        id: usize,
+        delay_ms: i64,
+        slots: Arc<Slots>,
+    }
+    impl TimerTask for Task {
+        fn delay_ms(&self) -> i64 {
+            self.delay_ms
+        }
+        fn run(self: Box<Self>) {
+            self.slots.runs[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    impl Drop for Task {
+        fn drop(&mut self) {
+            self.slots.drops[self.id].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let zeros = || (0..TASKS).map(|_| AtomicUsize::new(0)).collect();
+    let slots = Arc::new(Slots {
+        runs: zeros(),
+        cancels: zeros(),
+        drops: zeros(),
+    });
+    let timer = SystemTimer::new("close-race");
+    let stop = AtomicBool::new(false);
+    let progress = AtomicUsize::new(0);
+    let entries: Vec<Mutex<Vec<(usize, TimerTaskEntry)>>> =
+        (0..THREADS).map(|_| Mutex::new(Vec::new())).collect();
+    thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) && !timer.is_closed() {
+                timer.advance_clock(2);
+            }
+        });
+        for t in 0..THREADS {
+            let (timer, slots, entries, progress) = (&timer, &slots, &entries, &progress);
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    let id = t * PER_THREAD + i;
+                    let entry = timer.add(Box::new(Task {
+                        id,
+                        delay_ms: (i % 7) as i64 - 1,
+                        slots: Arc::clone(slots),
+                    }));
+                    if i % 3 == 0 && entry.cancel() {
+                        slots.cancels[id].fetch_add(1, Ordering::SeqCst);
+                    }
+                    entries[t].lock().unwrap().push((id, entry));
+                    progress.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Close half-way through the adds.
+        while progress.load(Ordering::SeqCst) < TASKS / 2 {
+            thread::yield_now();
+        }
+        timer.close();
+        stop.store(true, Ordering::SeqCst);
+    });
+    let runs_after_close: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    thread::sleep(Duration::from_millis(50));
+    let runs_later: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    assert_eq!(
+        runs_later, runs_after_close,
+        "tasks ran after close returned"
+    );
+    let mut refused = 0;
+    for list in &entries {
+        for (id, entry) in list.lock().unwrap().iter() {
+            assert!(!entry.cancel(), "nothing is pending after close");
+            if entry.cancelled() && slots.cancels[*id].load(Ordering::SeqCst) == 0 {
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "close came after every add: the race was not exercised"
+    );
+    assert!(runs_later > 0);
+    for id in 0..TASKS {
+        let (runs, cancels, drops) = (
+            slots.runs[id].load(Ordering::SeqCst),
+            slots.cancels[id].load(Ordering::SeqCst),
+            slots.drops[id].load(Ordering::SeqCst),
+        );
+        assert!(
+            runs + cancels <= 1,
+            "task {id}: ran {runs}, cancelled {cancels}"
+        );
+        assert_eq!(drops, 1, "task {id} freed {drops} times");
+    }
+    assert_eq!(timer.size(), 0);
+}

@@ -1,0 +1,346 @@
+//! The rules in which this port is stricter than Kafka's `SystemTimer`, one test each.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use timingwheel::{SystemTimer, Timer, TimerTask, hi_res_clock_ms, timer_task};
+
+/// How long a test waits for tasks that should already have run.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A task that counts its runs and its drops.
+struct Counted {
+    delay_ms: i64,
+    runs: Arc<AtomicUsize>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl TimerTask for Counted {
+    fn delay_ms(&self) -> i64 {
+        self.delay_ms
+    }
+    fn run(self: Box<Self>) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn counted(delay_ms: i64, runs: &Arc<AtomicUsize>, drops: &Arc<AtomicUsize>) -> Box<Counted> {
+    Box::new(Counted {
+        delay_ms,
+        runs: Arc::clone(runs),
+        drops: Arc::clone(drops),
+    })
+}
+
+/// Drives `timer` until `done` holds or `PATIENCE` passes.
+fn drive_until(timer: &SystemTimer, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "gave up waiting after {PATIENCE:?}"
+        );
+        timer.advance_clock(5);
+    }
+}
+
+#[test]
+fn cancel_drops_the_task_inside_the_call() {
+    let timer = SystemTimer::new("cancel-drops");
+    let (runs, drops) = (Arc::default(), Arc::default());
+    let entry = timer.add(counted(30 * 60 * 1000, &runs, &drops));
+    assert_eq!(timer.size(), 1);
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+    assert!(entry.cancel());
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "dropped by cancel, not later"
+    );
+    assert_eq!(timer.size(), 0);
+    assert!(entry.cancelled());
+    assert!(!entry.cancel(), "a second cancel prevents nothing");
+    timer.close();
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn cancel_after_expiry_returns_false_and_the_task_ran_once() {
+    let timer = SystemTimer::new("cancel-late");
+    let (runs, drops) = (Arc::default(), Arc::default());
+    let entry = timer.add(counted(2, &runs, &drops));
+    drive_until(&timer, || runs.load(Ordering::SeqCst) == 1);
+    assert!(!entry.cancel());
+    assert!(!entry.cancelled());
+    timer.close();
+    assert_eq!(
+        (runs.load(Ordering::SeqCst), drops.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+}
+
+/// Cancels race the flush, the cascade from overflow wheels and the executor: each task
+/// ends in exactly one of "ran" and "a cancel returned true".
+#[test]
+fn cancel_racing_expiry_decides_exactly_once() {
+    const TASKS: usize = 20_000;
+    let timer = SystemTimer::with_config("race", 1, 4, hi_res_clock_ms());
+    let runs: Vec<Arc<AtomicUsize>> = (0..TASKS).map(|_| Arc::default()).collect();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let entries: Vec<_> = (0..TASKS)
+        .map(|i| timer.add(counted((i % 40) as i64, &runs[i], &drops)))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let cancelled = thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                timer.advance_clock(1);
+            }
+        });
+        let cancelled: Vec<bool> = thread::scope(|inner| {
+            let halves: Vec<_> = entries
+                .chunks(TASKS / 2)
+                .map(|chunk| {
+                    inner.spawn(move || chunk.iter().map(|e| e.cancel()).collect::<Vec<_>>())
+                })
+                .collect();
+            halves.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        // Let everything not cancelled run out.
+        let start = Instant::now();
+        while timer.size() > 0 && start.elapsed() < PATIENCE {
+            thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::SeqCst);
+        cancelled
+    });
+    timer.close();
+    let mut ran = 0;
+    for (i, (won, runs)) in cancelled.iter().zip(&runs).enumerate() {
+        let runs = runs.load(Ordering::SeqCst);
+        assert_eq!(
+            runs + usize::from(*won),
+            1,
+            "task {i}: ran {runs} times, cancel won: {won}"
+        );
+        assert_eq!(entries[i].cancelled(), *won);
+        ran += runs;
+    }
+    assert!(
+        ran > 0 && ran < TASKS,
+        "the race was not exercised: {ran} of {TASKS} ran"
+    );
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        TASKS,
+        "every task was dropped once"
+    );
+}
+
+#[test]
+fn extreme_delays_saturate_without_panicking() {
+    for (tick_ms, wheel_size) in [(1, 20), (1, 2), (7, 3), (1000, 2), (1, 1)] {
+        let timer = SystemTimer::with_config("extremes", tick_ms, wheel_size, hi_res_clock_ms());
+        let (runs, drops) = (Arc::default(), Arc::default());
+        let now = hi_res_clock_ms();
+        let past = timer.add(counted(i64::MIN, &runs, &drops));
+        assert!(
+            past.expiration_ms() <= now - (i64::MAX / 2),
+            "saturated down"
+        );
+        let mut far = Vec::new();
+        for delay in [i64::MAX, i64::MAX - 1, i64::MAX / 2, 1 << 40, 1 << 62] {
+            let entry = timer.add(counted(delay, &runs, &drops));
+            assert!(entry.expiration_ms() >= now.saturating_add(delay));
+            far.push(entry);
+        }
+        assert_eq!(far[0].expiration_ms(), i64::MAX);
+        assert_eq!(timer.size(), far.len(), "tick {tick_ms}, size {wheel_size}");
+        drive_until(&timer, || runs.load(Ordering::SeqCst) == 1);
+        for entry in &far {
+            assert!(entry.cancel(), "tick {tick_ms}, size {wheel_size}");
+        }
+        assert_eq!(timer.size(), 0);
+        timer.close();
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "only the i64::MIN task ran");
+        assert_eq!(drops.load(Ordering::SeqCst), 1 + far.len());
+    }
+}
+
+#[test]
+fn start_times_at_the_extremes_do_not_overflow() {
+    for start_ms in [i64::MIN, -1, 0, i64::MAX - 1, i64::MAX] {
+        let timer = SystemTimer::with_config("start", 3, 5, start_ms);
+        let (runs, drops) = (Arc::default(), Arc::default());
+        let entry = timer.add(counted(10, &runs, &drops));
+        let far = timer.add(counted(i64::MAX, &runs, &drops));
+        drive_until(&timer, || runs.load(Ordering::SeqCst) >= 1);
+        assert!(!entry.cancel());
+        assert!(far.cancel(), "start {start_ms}");
+        timer.close();
+    }
+}
+
+/// A logger that keeps every error record, to see the executor's report of a panic.
+struct ErrorLog(Mutex<Vec<String>>);
+
+impl log::Log for ErrorLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Error
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            self.0.lock().unwrap().push(record.args().to_string());
+        }
+    }
+    fn flush(&self) {}
+}
+
+static ERRORS: ErrorLog = ErrorLog(Mutex::new(Vec::new()));
+
+#[test]
+fn a_panicking_task_is_logged_and_the_executor_goes_on() {
+    log::set_logger(&ERRORS).expect("the only logger of this test binary");
+    log::set_max_level(log::LevelFilter::Error);
+    let timer = SystemTimer::new("panics");
+    let (tx, rx) = channel();
+    timer.add(timer_task(0, || panic!("boom from a task")));
+    timer.add(timer_task(0, move || tx.send("after").unwrap()));
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok("after"));
+    let errors = ERRORS.0.lock().unwrap().clone();
+    assert!(
+        errors.iter().any(|e| e.contains("boom from a task")),
+        "logged: {errors:?}"
+    );
+    timer.close();
+}
+
+#[test]
+fn tasks_run_on_the_named_executor_thread() {
+    let timer = SystemTimer::new("naming");
+    let (tx, rx) = channel();
+    timer.add(timer_task(0, move || {
+        tx.send(thread::current().name().map(str::to_owned))
+            .unwrap()
+    }));
+    assert_eq!(
+        rx.recv_timeout(PATIENCE).unwrap().as_deref(),
+        Some("executor-naming")
+    );
+}
+
+#[test]
+fn no_task_runs_before_the_add_instant_plus_its_delay() {
+    const TASKS: u64 = 300;
+    let timer = SystemTimer::new("never-early");
+    let (tx, rx) = channel();
+    for i in 0..TASKS {
+        let delay_ms = (i % 30) as i64;
+        let added = Instant::now();
+        let tx = tx.clone();
+        timer.add(timer_task(delay_ms, move || {
+            tx.send((added.elapsed(), delay_ms)).unwrap()
+        }));
+    }
+    drop(tx);
+    thread::scope(|s| {
+        let driver = s.spawn(|| {
+            while timer.size() > 0 {
+                timer.advance_clock(5);
+            }
+        });
+        for _ in 0..TASKS {
+            let (waited, delay_ms) = rx.recv_timeout(PATIENCE).expect("every task runs");
+            assert!(
+                waited >= Duration::from_millis(delay_ms as u64),
+                "ran after {waited:?} for a delay of {delay_ms} ms"
+            );
+        }
+        driver.join().unwrap();
+    });
+}
+
+#[test]
+fn close_refuses_new_tasks_and_stops_advancing() {
+    let timer = SystemTimer::new("closing");
+    let (runs, drops) = (Arc::default(), Arc::default());
+    let waiting = timer.add(counted(60_000, &runs, &drops));
+    timer.close();
+    timer.close();
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "waiting tasks are dropped at close"
+    );
+    assert!(!waiting.cancel(), "nothing left to prevent");
+
+    let refused = timer.add(counted(0, &runs, &drops));
+    assert!(refused.cancelled());
+    assert!(!refused.cancel());
+    assert_eq!(drops.load(Ordering::SeqCst), 2);
+
+    let start = Instant::now();
+    assert!(!timer.advance_clock(60_000));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "a closed timer never blocks"
+    );
+    assert_eq!(timer.size(), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn close_waits_for_tasks_already_handed_to_the_executor() {
+    let timer = SystemTimer::new("finishing");
+    let finished = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&finished);
+    timer.add(timer_task(0, move || {
+        thread::sleep(Duration::from_millis(100));
+        flag.store(true, Ordering::SeqCst);
+    }));
+    timer.close();
+    assert!(finished.load(Ordering::SeqCst));
+}
+
+#[test]
+fn close_wakes_a_blocked_advance_clock() {
+    let timer = SystemTimer::new("wake");
+    thread::scope(|s| {
+        let blocked = s.spawn(|| {
+            let start = Instant::now();
+            (timer.advance_clock(60_000), start.elapsed())
+        });
+        thread::sleep(Duration::from_millis(50));
+        timer.close();
+        let (flushed, waited) = blocked.join().unwrap();
+        assert!(!flushed);
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+    });
+}
+
+#[test]
+#[should_panic(expected = "tick_ms must be positive, got 0")]
+fn zero_tick_is_refused() {
+    SystemTimer::with_config("bad", 0, 20, 0);
+}
+
+#[test]
+#[should_panic(expected = "tick_ms must be positive, got -5")]
+fn negative_tick_is_refused() {
+    SystemTimer::with_config("bad", -5, 20, 0);
+}
+
+#[test]
+#[should_panic(expected = "wheel_size must be positive, got 0")]
+fn empty_wheel_is_refused() {
+    SystemTimer::with_config("bad", 1, 0, 0);
+}

@@ -1,0 +1,536 @@
+//! Kafka's `SystemTimerReaperTest`, ported, plus the reaper's own guarantees.
+//!
+//! Source: apache/kafka,
+//! `server-common/src/test/java/org/apache/kafka/server/util/timer/SystemTimerReaperTest.java`.
+//! Licensed to the Apache Software Foundation (ASF) under the Apache License, Version 2.0;
+//! see <http://www.apache.org/licenses/LICENSE-2.0>.
+//!
+//! Deviations from the Java suite:
+//!
+//! - `testReaper` and `testSharedTimerBetweenConsumers`: a task reports on a channel
+//!   instead of failing a `CompletableFuture` with a `TimeoutException`. Besides "it
+//!   fires", each test asserts that no task fired before its delay (a strict lower bound)
+//!   and that each fired within 5 s (a loose upper bound).
+//! - `testReaperClose` verifies `close()` with a hand-written recording [`Timer`] instead of
+//!   a Mockito mock, and asserts `is_shutdown()` as soon as `close` returns instead of
+//!   polling for it with `waitForCondition`: this port's `close` joins the thread.
+//! - `testRejectsNullName` and `testRejectsNullTimer` are not ported: Rust's types rule
+//!   out a null name or timer.
+//! - Added: a closed reaper refuses tasks; `close` returns within a bound; dropping the
+//!   reaper closes it; a panic in the wrapped timer's `advance_clock` does not end the
+//!   reaper; the thread carries `reaper_name`; `add`, `size` and `advance_clock` delegate.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use timingwheel::{
+    MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
+};
+
+/// Loose upper bound for anything that should happen "soon" on a busy 2-core machine.
+const SOON: Duration = Duration::from_secs(5);
+
+/// Adds a task that sends the instant it ran on `fired` (Kafka's `FutureTimerTask`).
+fn add_reporting(timer: &dyn Timer, delay_ms: i64, fired: &mpsc::Sender<(i64, Instant)>) {
+    let fired = fired.clone();
+    timer.add(timer_task(delay_ms, move || {
+        let _ = fired.send((delay_ms, Instant::now()));
+    }));
+}
+
+/// Waits for `count` tasks on `fired` and checks that none ran before its delay had passed
+/// since `added`, nor later than [`SOON`]. Returns the delays in firing order.
+fn expect_fired(fired: &mpsc::Receiver<(i64, Instant)>, added: Instant, count: usize) -> Vec<i64> {
+    let mut delays = Vec::new();
+    for _ in 0..count {
+        let (delay_ms, at) = fired
+            .recv_timeout(SOON)
+            .expect("a task did not fire through the reaper");
+        let after = at.duration_since(added);
+        assert!(
+            after >= Duration::from_millis(delay_ms as u64),
+            "the {delay_ms} ms task fired early, after {after:?}"
+        );
+        assert!(after < SOON, "the {delay_ms} ms task fired after {after:?}");
+        delays.push(delay_ms);
+    }
+    delays
+}
+
+#[test]
+fn reaper_fires_tasks_without_a_driver_loop() {
+    let timer = SystemTimerReaper::new("reaper", SystemTimer::new("timer"));
+    let (tx, rx) = mpsc::channel();
+    let added = Instant::now();
+    for delay_ms in [100, 200, 300] {
+        add_reporting(&timer, delay_ms, &tx);
+    }
+    assert_eq!(expect_fired(&rx, added, 3), [100, 200, 300]);
+    assert_eq!(timer.size(), 0);
+    timer.close();
+}
+
+#[test]
+fn shared_timer_serves_a_consumer_after_another_stopped() {
+    let timer = SystemTimerReaper::new("shared-reaper", SystemTimer::new("shared-timer"));
+    let (tx, rx) = mpsc::channel();
+    let added = Instant::now();
+    add_reporting(&timer, 100, &tx);
+    add_reporting(&timer, 200, &tx);
+    assert_eq!(expect_fired(&rx, added, 2), [100, 200]);
+
+    // The first consumer is gone; the second one still schedules and expires tasks.
+    let added = Instant::now();
+    add_reporting(&timer, 100, &tx);
+    assert_eq!(expect_fired(&rx, added, 1), [100]);
+    timer.close();
+}
+
+/// What a [`RecordingTimer`] saw.
+#[derive(Default)]
+struct Record {
+    advance_calls: AtomicUsize,
+    close_calls: AtomicUsize,
+    dropped: AtomicBool,
+    /// Names of the threads that called `advance_clock`.
+    advance_threads: Mutex<Vec<String>>,
+    /// `advance_clock` panics on its first this many calls.
+    panics_left: AtomicUsize,
+}
+
+/// A timer that records how the reaper drives it (Kafka's test uses a Mockito mock).
+/// Holds no tasks; `advance_clock` sleeps a little so the reaper does not spin.
+struct RecordingTimer(Arc<Record>);
+
+impl RecordingTimer {
+    fn new() -> (RecordingTimer, Arc<Record>) {
+        let record = Arc::new(Record::default());
+        (RecordingTimer(Arc::clone(&record)), record)
+    }
+
+    fn panicking_first(calls: usize) -> (RecordingTimer, Arc<Record>) {
+        let (timer, record) = RecordingTimer::new();
+        record.panics_left.store(calls, Ordering::SeqCst);
+        (timer, record)
+    }
+}
+
+impl Timer for RecordingTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        panic!(
+            "RecordingTimer::add must not be called (task delay {})",
+            task.delay_ms()
+        )
+    }
+
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        self.0.advance_calls.fetch_add(1, Ordering::SeqCst);
+        let name = thread::current().name().unwrap_or("<unnamed>").to_owned();
+        self.0.advance_threads.lock().unwrap().push(name);
+        let panic_now = self
+            .0
+            .panics_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if panic_now {
+            panic!("RecordingTimer: advance_clock told to panic");
+        }
+        thread::sleep(Duration::from_millis(timeout_ms.clamp(0, 5) as u64));
+        false
+    }
+
+    fn size(&self) -> usize {
+        42
+    }
+
+    fn close(&self) {
+        self.0.close_calls.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for RecordingTimer {
+    fn drop(&mut self) {
+        self.0.dropped.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Waits (up to [`SOON`]) until `record` saw at least `calls` calls of `advance_clock`.
+fn wait_for_advance_calls(record: &Record, calls: usize) {
+    let start = Instant::now();
+    while record.advance_calls.load(Ordering::SeqCst) < calls {
+        assert!(
+            start.elapsed() < SOON,
+            "the reaper made only {} advance_clock calls, expected {calls}",
+            record.advance_calls.load(Ordering::SeqCst)
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn close_closes_the_wrapped_timer_and_ends_the_thread() {
+    let (timer, record) = RecordingTimer::new();
+    let reaper = SystemTimerReaper::new("reaper", timer);
+    wait_for_advance_calls(&record, 1);
+    assert!(!reaper.is_shutdown());
+    assert_eq!(record.close_calls.load(Ordering::SeqCst), 0);
+
+    reaper.close();
+    assert_eq!(record.close_calls.load(Ordering::SeqCst), 1);
+    assert!(
+        reaper.is_shutdown(),
+        "close returned before the thread ended"
+    );
+
+    // The thread is gone: it makes no more calls.
+    let calls = record.advance_calls.load(Ordering::SeqCst);
+    thread::sleep(Duration::from_millis(50));
+    assert_eq!(record.advance_calls.load(Ordering::SeqCst), calls);
+}
+
+#[test]
+fn closed_reaper_refuses_tasks_and_runs_nothing() {
+    let timer = SystemTimerReaper::new("reaper", SystemTimer::new("refusing"));
+    let waiting_ran = Arc::new(AtomicBool::new(false));
+    let ran = Arc::clone(&waiting_ran);
+    let waiting = timer.add(timer_task(60_000, move || {
+        ran.store(true, Ordering::SeqCst)
+    }));
+    timer.close();
+    assert!(timer.is_shutdown());
+
+    let late_ran = Arc::new(AtomicBool::new(false));
+    for delay_ms in [-1, 0, 10] {
+        let ran = Arc::clone(&late_ran);
+        let entry = timer.add(timer_task(delay_ms, move || {
+            ran.store(true, Ordering::SeqCst)
+        }));
+        assert!(
+            entry.cancelled(),
+            "add({delay_ms}) after close was accepted"
+        );
+        assert!(!entry.cancel());
+    }
+    assert_eq!(timer.size(), 0, "close dropped the waiting task");
+    assert!(!waiting.cancel(), "the waiting task was dropped by close");
+    assert!(!timer.advance_clock(0));
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !late_ran.load(Ordering::SeqCst),
+        "a task added after close ran"
+    );
+    assert!(
+        !waiting_ran.load(Ordering::SeqCst),
+        "a waiting task ran after close"
+    );
+}
+
+#[test]
+fn close_returns_within_a_bound() {
+    let timer = SystemTimerReaper::new("reaper", SystemTimer::new("idle"));
+    // An idle timer: the thread sits in a 200 ms poll of an empty delay queue.
+    thread::sleep(Duration::from_millis(20));
+    let start = Instant::now();
+    timer.close();
+    let took = start.elapsed();
+    assert!(timer.is_shutdown());
+    assert!(took < Duration::from_secs(2), "close took {took:?}");
+
+    // Closing again is a no-op, and quick.
+    let start = Instant::now();
+    timer.close();
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn close_waits_for_tasks_already_running() {
+    let timer = SystemTimerReaper::new("reaper", SystemTimer::new("busy"));
+    let (started_tx, started_rx) = mpsc::channel();
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&finished);
+    timer.add(timer_task(1, move || {
+        started_tx.send(()).unwrap();
+        thread::sleep(Duration::from_millis(100));
+        done.store(true, Ordering::SeqCst);
+    }));
+    started_rx
+        .recv_timeout(SOON)
+        .expect("the task never started");
+    let start = Instant::now();
+    timer.close();
+    assert!(
+        finished.load(Ordering::SeqCst),
+        "close returned while a task handed to the executor was still running"
+    );
+    assert!(start.elapsed() < SOON);
+}
+
+#[test]
+fn drop_closes_the_reaper() {
+    let (timer, record) = RecordingTimer::new();
+    let reaper = SystemTimerReaper::new("dropped-reaper", timer);
+    wait_for_advance_calls(&record, 1);
+    drop(reaper);
+    assert_eq!(record.close_calls.load(Ordering::SeqCst), 1);
+    // The thread held the other reference to the wrapped timer: it has ended.
+    assert!(
+        record.dropped.load(Ordering::SeqCst),
+        "the wrapped timer outlived the reaper, so its thread still runs"
+    );
+}
+
+#[test]
+fn dropping_a_reaper_stops_its_system_timer() {
+    let ran = Arc::new(AtomicBool::new(false));
+    {
+        let timer = SystemTimerReaper::new("reaper", SystemTimer::new("dropped"));
+        let flag = Arc::clone(&ran);
+        timer.add(timer_task(100, move || flag.store(true, Ordering::SeqCst)));
+    }
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        !ran.load(Ordering::SeqCst),
+        "a task ran after its reaper was dropped"
+    );
+}
+
+#[test]
+fn panic_in_advance_clock_does_not_kill_the_reaper() {
+    let (timer, record) = RecordingTimer::panicking_first(3);
+    let reaper = SystemTimerReaper::new("survivor", timer);
+    // Calls 1-3 panic; the thread must go on to make more.
+    wait_for_advance_calls(&record, 6);
+    assert_eq!(record.panics_left.load(Ordering::SeqCst), 0);
+    assert!(!reaper.is_shutdown());
+    reaper.close();
+    assert!(reaper.is_shutdown());
+    assert_eq!(record.close_calls.load(Ordering::SeqCst), 1);
+}
+
+/// A `SystemTimer` whose `advance_clock` panics on its first calls.
+struct FlakyTimer {
+    inner: SystemTimer,
+    panics_left: AtomicUsize,
+}
+
+impl Timer for FlakyTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        self.inner.add(task)
+    }
+
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        let panic_now = self
+            .panics_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .is_ok();
+        if panic_now {
+            panic!("FlakyTimer: advance_clock told to panic");
+        }
+        self.inner.advance_clock(timeout_ms)
+    }
+
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    fn close(&self) {
+        self.inner.close()
+    }
+}
+
+#[test]
+fn tasks_still_fire_after_advance_clock_panicked() {
+    let timer = FlakyTimer {
+        inner: SystemTimer::new("flaky"),
+        panics_left: AtomicUsize::new(2),
+    };
+    let (tx, rx) = mpsc::channel();
+    let added = Instant::now();
+    add_reporting(&timer.inner, 50, &tx);
+    add_reporting(&timer.inner, 150, &tx);
+    let reaper = SystemTimerReaper::new("flaky-reaper", timer);
+    assert_eq!(expect_fired(&rx, added, 2), [50, 150]);
+    reaper.close();
+}
+
+#[test]
+fn thread_is_named_after_reaper_name() {
+    let (timer, record) = RecordingTimer::new();
+    let reaper = SystemTimerReaper::new("purgatory-reaper", timer);
+    wait_for_advance_calls(&record, 2);
+    reaper.close();
+    let names = record.advance_threads.lock().unwrap();
+    assert!(!names.is_empty());
+    assert!(
+        names.iter().all(|name| name == "purgatory-reaper"),
+        "advance_clock called from {names:?}"
+    );
+}
+
+#[test]
+fn tasks_run_on_the_executor_thread_not_the_reaper() {
+    let timer = SystemTimerReaper::new("named-reaper", SystemTimer::new("named"));
+    let (tx, rx) = mpsc::channel();
+    timer.add(timer_task(5, move || {
+        let _ = tx.send(thread::current().name().map(str::to_owned));
+    }));
+    let name = rx.recv_timeout(SOON).expect("the task never ran");
+    assert_eq!(name.as_deref(), Some("executor-named"));
+    timer.close();
+}
+
+#[test]
+fn add_size_and_advance_clock_go_to_the_wrapped_timer() {
+    let (timer, record) = RecordingTimer::new();
+    let reaper = SystemTimerReaper::new("delegating", timer);
+    assert_eq!(reaper.size(), 42);
+    let before = record.advance_calls.load(Ordering::SeqCst);
+    let called_from = thread::current().name().map(str::to_owned);
+    assert!(!reaper.advance_clock(0));
+    assert!(record.advance_calls.load(Ordering::SeqCst) > before);
+    assert!(
+        record
+            .advance_threads
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|name| Some(name) == called_from.as_ref()),
+        "advance_clock on the reaper did not reach the wrapped timer from this thread"
+    );
+    reaper.close();
+
+    let timer = SystemTimerReaper::new("delegating", SystemTimer::new("sized"));
+    let entries: Vec<_> = (0..3)
+        .map(|_| timer.add(timer_task(60_000, || {})))
+        .collect();
+    assert_eq!(timer.size(), 3);
+    assert!(entries[0].cancel());
+    assert_eq!(timer.size(), 2);
+    timer.close();
+    assert_eq!(timer.size(), 0);
+}
+
+#[test]
+fn a_task_may_close_its_own_reaper() {
+    let timer = Arc::new(SystemTimerReaper::new(
+        "self-closing",
+        SystemTimer::new("self"),
+    ));
+    let (tx, rx) = mpsc::channel();
+    let handle = Arc::clone(&timer);
+    timer.add(timer_task(10, move || {
+        handle.close();
+        let _ = tx.send(handle.is_shutdown());
+    }));
+    let shut = rx
+        .recv_timeout(SOON)
+        .expect("close from a task deadlocked or the task never ran");
+    assert!(shut);
+    assert!(timer.is_shutdown());
+    assert!(timer.add(timer_task(1, || {})).cancelled());
+}
+
+/// A timer whose `advance_clock` blocks for 300 ms, like a reaper's long poll, and then
+/// reports whether it was closed meanwhile.
+struct SlowPollTimer {
+    polling: mpsc::SyncSender<()>,
+    closed_while_polling: Arc<AtomicBool>,
+    closed: AtomicBool,
+}
+
+impl Timer for SlowPollTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        panic!(
+            "SlowPollTimer::add must not be called (task delay {})",
+            task.delay_ms()
+        )
+    }
+
+    fn advance_clock(&self, _timeout_ms: i64) -> bool {
+        let _ = self.polling.try_send(());
+        thread::sleep(Duration::from_millis(300));
+        if self.closed.load(Ordering::SeqCst) {
+            self.closed_while_polling.store(true, Ordering::SeqCst);
+        }
+        false
+    }
+
+    fn size(&self) -> usize {
+        0
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn concurrent_close_returns_only_after_the_thread_ended() {
+    let (polling_tx, polling_rx) = mpsc::sync_channel(1);
+    let closed_while_polling = Arc::new(AtomicBool::new(false));
+    let reaper = SystemTimerReaper::new(
+        "closed-twice",
+        SlowPollTimer {
+            polling: polling_tx,
+            closed_while_polling: Arc::clone(&closed_while_polling),
+            closed: AtomicBool::new(false),
+        },
+    );
+    polling_rx
+        .recv_timeout(SOON)
+        .expect("the reaper never polled");
+    thread::scope(|s| {
+        // The first close waits for the 300 ms poll to end.
+        s.spawn(|| reaper.close());
+        thread::sleep(Duration::from_millis(50));
+        // The second, meanwhile, must wait as well, not return at once.
+        reaper.close();
+        assert!(
+            reaper.is_shutdown(),
+            "a concurrent close returned while the reaper thread was still running"
+        );
+    });
+    assert!(
+        !closed_while_polling.load(Ordering::SeqCst),
+        "the wrapped timer was closed before the reaper thread stopped"
+    );
+}
+
+#[test]
+fn a_task_on_the_reaper_thread_may_close_the_reaper() {
+    // MockTimer runs tasks on the caller of advance_clock: here, the reaper thread.
+    let timer = MockTimer::new();
+    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper>>>> = Arc::default();
+    let (tx, rx) = mpsc::channel();
+    let task_slot = Arc::clone(&slot);
+    timer.add(timer_task(200_000, move || {
+        let start = Instant::now();
+        let reaper = loop {
+            if let Some(reaper) = task_slot.lock().unwrap().as_ref().and_then(Weak::upgrade) {
+                break reaper;
+            }
+            assert!(
+                start.elapsed() < SOON,
+                "the test never handed over the reaper"
+            );
+            thread::sleep(Duration::from_millis(1));
+        };
+        reaper.close();
+        let _ = tx.send(thread::current().name().map(str::to_owned));
+    }));
+    let reaper = Arc::new(SystemTimerReaper::new("self-closing-mock", timer));
+    *slot.lock().unwrap() = Some(Arc::downgrade(&reaper));
+    let ran_on = rx
+        .recv_timeout(SOON)
+        .expect("close from the reaper thread deadlocked or the task never ran");
+    assert_eq!(ran_on.as_deref(), Some("self-closing-mock"));
+    reaper.close();
+    assert!(reaper.is_shutdown());
+}
