@@ -478,10 +478,14 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
                         let probe = timer.add(timer_task(delay_ms, move || {
                             ran_at[id].store(timingwheel::hi_res_clock_ms(), Ordering::SeqCst);
                         }));
-                        due[id].store(
-                            probe.expiration_ms().div_euclid(TICK_MS) * TICK_MS,
-                            Ordering::SeqCst,
-                        );
+                        // A delay of zero is already expired: it runs inside `add`'s
+                        // hand-over, whatever its (rounded-up) expiration says.
+                        let due_ms = if delay_ms <= 0 {
+                            i64::MIN
+                        } else {
+                            probe.expiration_ms().div_euclid(TICK_MS) * TICK_MS
+                        };
+                        due[id].store(due_ms, Ordering::SeqCst);
                         if rng.below(3) == 0 {
                             cancel_counted(&entry, ledger, id);
                         }
