@@ -89,18 +89,10 @@ impl<T> DelayQueue<T> {
     }
 
     /// Removes and returns the head and its due time if it is due now; never waits.
-    #[cfg(test)]
     pub(crate) fn poll(&self) -> Option<(T, i64)> {
-        self.poll_due_by(i64::MAX)
-    }
-
-    /// Removes and returns the head and its due time if it is due now and not later than
-    /// `limit_ms`; never waits. A caller that drains the queue in a loop passes the time
-    /// it started at, so the loop ends even while other threads keep adding due items.
-    pub(crate) fn poll_due_by(&self, limit_ms: i64) -> Option<(T, i64)> {
         let mut state = self.state.lock();
         let now_ms = self.time.hi_res_clock_ms();
-        Self::take_due(&mut state, now_ms.min(limit_ms))
+        Self::take_due(&mut state, now_ms)
     }
 
     /// Removes and returns the head and its due time once it is due, waiting at most
@@ -222,18 +214,6 @@ mod tests {
             ]
         );
         assert_eq!(queue.len(), 0);
-    }
-
-    #[test]
-    fn poll_due_by_takes_nothing_due_after_its_limit() {
-        let (time, queue) = mock_queue();
-        let now = time.hi_res_clock_ms();
-        queue.offer("a", now + 1);
-        queue.offer("b", now + 2);
-        time.sleep(2);
-        assert_eq!(queue.poll_due_by(now + 1), Some(("a", now + 1)));
-        assert_eq!(queue.poll_due_by(now + 1), None, "due, but after the limit");
-        assert_eq!(queue.poll_due_by(now + 2), Some(("b", now + 2)));
     }
 
     #[test]

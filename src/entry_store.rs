@@ -15,11 +15,8 @@
 //! - A bucket ([`TimerTaskList`](crate::timer_task_list::TimerTaskList)) is one list *per
 //!   shard*: an entry is linked only with entries of its own shard, so no operation ever
 //!   holds two shard locks.
-//! - The shard locks also guard the timing wheel: an add holds its own shard's lock, and
-//!   moving the wheels' clocks holds all of them ([`EntryStore::lock_all`], in shard order,
-//!   the only place that holds more than one). Lock order: the timer's `advancing` mutex,
-//!   then shards in shard order, then the delay queue's mutex.
-//!   Nothing here calls user code: tasks are moved out under the lock and dropped or run
+//! - Lock order: the timer's wheel lock, then one shard's mutex, then the delay queue's
+//!   mutex. Nothing here calls user code: tasks are moved out under the lock and dropped or run
 //!   after it is released.
 //! - A slot's state: *vacant* (no task, generation 0, on the free list), *unlinked* (a task,
 //!   `prev == next == NIL`), or *linked* into one list. The generation a slot gets when it
@@ -383,10 +380,9 @@ impl Drop for ShardGuard<'_> {
         };
         self.len.store(slab.len, Ordering::Relaxed);
         let released = slab.take_released();
-        // Fair: a parked waiter gets the lock before this thread can take it back. Without
-        // it, a thread adding in a loop re-takes its shard ahead of `lock_all` (a clock move
-        // or `close`) for up to parking_lot's 0.5 ms fairness timeout, on every shard. The
-        // uncontended path is the same single atomic as `unlock`.
+        // Fair: a parked waiter (a cancel, or a flush's next chunk) gets the lock before this
+        // thread can take it back. The uncontended path is the same single atomic as
+        // `unlock`.
         MutexGuard::unlock_fair(slab);
         drop(released);
     }
@@ -444,21 +440,15 @@ impl EntryStore {
             .sum()
     }
 
-    /// Locks every shard, in shard order (the one order in which more than one shard is
-    /// ever locked).
-    pub(crate) fn lock_all(&self) -> AllShards<'_> {
-        AllShards(self.shards.iter().map(|shard| shard.lock()).collect())
-    }
-}
-
-/// Every shard of a store, locked: proof that no add, cancel or flush is running.
-pub(crate) struct AllShards<'a>(Vec<ShardGuard<'a>>);
-
-impl AllShards<'_> {
     /// Empties every shard and returns what it held. The caller drops it once it holds no
     /// lock at all: dropping runs the tasks' `Drop`, which may call back into the timer.
-    pub(crate) fn clear(&mut self) -> Cleared {
-        Cleared(self.0.iter_mut().map(|slab| slab.clear()).collect())
+    pub(crate) fn clear(&self) -> Cleared {
+        Cleared(
+            self.shards
+                .iter()
+                .map(|shard| shard.lock().clear())
+                .collect(),
+        )
     }
 }
 
@@ -467,7 +457,7 @@ impl AllShards<'_> {
 pub(crate) struct Cleared(#[allow(dead_code)] Vec<Vec<Box<[Node]>>>);
 
 /// A small number that differs between threads, fixed for each thread's life.
-fn thread_hint() -> usize {
+pub(crate) fn thread_hint() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {

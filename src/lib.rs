@@ -81,6 +81,7 @@ mod delay_queue;
 mod entry_store;
 mod executor;
 mod mock_timer;
+mod sharded_rw_lock;
 mod system_timer;
 mod system_timer_reaper;
 mod time;

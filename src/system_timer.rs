@@ -3,23 +3,15 @@
 //!
 //! # Ground rules
 //!
-//! - The entry store's shard locks guard the wheel too (Kafka's read/write lock, striped):
-//!   [`Timer::add`] locks only the shard of its thread, so adds on different threads share
-//!   no lock word; moving the wheels' clocks, and [`Timer::close`], lock every shard
-//!   ([`EntryStore::lock_all`]). `advancing` serializes [`Timer::advance_clock`] and
-//!   `close` with each other (Kafka's write lock did that too). Lock order: `advancing`,
-//!   then the shards in shard order, then the delay queue's mutex. No user code runs, and
-//!   no task is dropped, under any of them.
-//! - A flush no longer excludes adds: an add on another shard (or between two chunks of a
-//!   flush on the same shard) sees the wheels either before or after a clock move, never
-//!   half of one, and lands in the right bucket either way. A bucket being flushed may be
-//!   offered to the delay queue again meanwhile; a second, empty flush of it is harmless.
-//! - `closed` only goes from false to true, first thing in `close`, which then locks
-//!   `advancing` and every shard before it empties the store. `add` reads it under its
-//!   shard's lock: an add that read false finished with its shard before `close` locked
-//!   it, so `close` finds (and drops) its entry, or waits for its hand-over to the
-//!   executor. Setting it first stops adding threads at once; they do not race `close`
-//!   for the shard locks one by one. `advance_clock` reads it under `advancing`.
+//! - `timing_wheel` is Kafka's reader-writer lock around the wheel, with its read side
+//!   striped ([`ShardedRwLock`]): [`Timer::add`] holds the read lock of its thread's stripe
+//!   (so adds on different threads share no lock word), [`Timer::advance_clock`] and
+//!   [`Timer::close`] hold the write lock, every stripe, for their whole run. A flush
+//!   therefore never sees a concurrent add, as in Kafka. Lock order: the wheel lock, then
+//!   one shard of the entry store, then the delay queue's mutex. No user code runs, and no
+//!   task is dropped, under any of them.
+//! - `closed` only goes from false to true, under the write lock; `add` and
+//!   `advance_clock` read it under the lock, so none of them acts on a closed timer.
 //! - An entry's life: `add` stores it in a shard and links it into a bucket (or, already
 //!   expired, hands its task straight to the executor). The bucket is offered to the delay
 //!   queue when its expiration changes. `advance_clock` takes due buckets from the queue,
@@ -33,11 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use crate::delay_queue::DelayQueue;
 use crate::entry_store::{EntryStore, Released, Slab};
 use crate::executor::Executor;
+use crate::sharded_rw_lock::ShardedRwLock;
 use crate::time::hi_res_clock_ms_ceil;
 use crate::timer_task_entry::EntryOwner;
 use crate::timing_wheel::{BucketQueue, TimingWheel};
@@ -97,12 +88,10 @@ pub struct SystemTimer {
     store: EntryStore,
     /// Due buckets. Has its own lock.
     delay_queue: Arc<BucketQueue>,
-    /// Guarded by the store's shard locks: one for `add`, all to move its clocks.
-    timing_wheel: TimingWheel,
-    /// Held by `advance_clock` and `close` for their whole run.
-    advancing: Mutex<()>,
+    /// Read for `add`, write for `advance_clock` and `close`.
+    timing_wheel: ShardedRwLock<TimingWheel>,
     executor: Executor,
-    /// Set once, at the start of `close`.
+    /// Set once, under the write lock of `timing_wheel`.
     closed: AtomicBool,
 }
 
@@ -210,32 +199,31 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
-        let shard = self.store.local_shard();
-        let mut slab = shard.lock();
+        let wheel = self.timing_wheel.read();
         if self.closed.load(Ordering::Acquire) {
-            drop(slab);
+            drop(wheel);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
         }
         if delay_ms <= 0 {
             // Already expired, whatever the wheel's clock says (see "Differences"). Still
-            // under the shard's lock, so a concurrent `close` waits for this hand-over and
+            // under the read lock, so a concurrent `close` waits for this hand-over and
             // then for the task.
             self.executor.submit(task);
-            drop(slab);
             return TimerTaskEntry::expired(expiration_ms);
         }
+        let shard = self.store.local_shard();
+        let mut slab = shard.lock();
         let key = slab.insert(task, expiration_ms);
-        if self.timing_wheel.add(&mut slab, key.index) {
+        if wheel.add(&mut slab, key.index) {
             drop(slab);
             let owner: Arc<dyn EntryOwner> = Arc::<crate::entry_store::Shard>::clone(shard);
             TimerTaskEntry::pending(owner, key, expiration_ms)
         } else {
             let task = slab.remove(key.index);
-            // Still under the shard's lock, so a concurrent `close` waits for this
-            // hand-over and then for the task.
-            self.executor.submit(task);
             drop(slab);
+            // Still under the read lock, as above.
+            self.executor.submit(task);
             TimerTaskEntry::expired(expiration_ms)
         }
     }
@@ -247,33 +235,28 @@ impl Timer for SystemTimer {
         let Some(first) = self.delay_queue.poll_timeout(timeout_ms) else {
             return false;
         };
-        let advancing = self.advancing.lock();
+        let wheel = self.timing_wheel.write();
         if self.is_closed() {
             return false;
         }
-        let wheel = &self.timing_wheel;
-        // Only buckets due by now: adds go on during a flush, and can keep making buckets
-        // due; the next call takes those. (Under Kafka's write lock the loop ended by
-        // itself.) This bounds how long `close` can wait for `advancing`.
-        let due_by_ms = first.1.max(self.time.hi_res_clock_ms());
         let mut expired = Vec::new();
         let mut released = Released::default();
         let mut next = Some(first);
         while let Some((bucket, due_ms)) = next {
             // The due time the bucket was queued with, not its expiration now: the queue
             // only hands out items due by the clock, so the wheels never run ahead of it.
-            wheel.advance_clock(due_ms, &self.store.lock_all());
+            wheel.advance_clock(due_ms, &wheel.proof());
             released.absorb(bucket.flush(&self.store, |slab, index| {
-                add_timer_task_entry(wheel, slab, index, &mut expired);
+                add_timer_task_entry(&wheel, slab, index, &mut expired);
                 if expired.len() >= EXECUTOR_BATCH {
                     self.executor.submit_batch(std::mem::take(&mut expired));
                 }
             }));
-            next = self.delay_queue.poll_due_by(due_by_ms);
+            next = self.delay_queue.poll();
         }
-        // Handed over under `advancing`, so that a `close` waits for these tasks too.
+        // Handed over under the write lock, so that a `close` waits for these tasks too.
         self.executor.submit_batch(expired);
-        drop(advancing);
+        drop(wheel);
         // Freed last, outside the lock: the expired tasks are already on their way.
         drop(released);
         true
@@ -285,15 +268,12 @@ impl Timer for SystemTimer {
 
     fn close(&self) {
         let cleared = {
-            let already_closed = self.closed.swap(true, Ordering::AcqRel);
-            // A second `close` still waits here for the first one to empty the store.
-            let _advancing = self.advancing.lock();
-            let mut all = self.store.lock_all();
-            if already_closed {
+            let _wheel = self.timing_wheel.write();
+            if self.closed.swap(true, Ordering::AcqRel) {
                 return;
             }
             self.delay_queue.close();
-            all.clear()
+            self.store.clear()
         };
         log::debug!(
             "timer {}: closed, dropping the tasks still waiting",
@@ -403,14 +383,16 @@ impl SystemTimerBuilder {
             timing_wheel.tick_ms(),
             self.wheel_size
         );
+        let store = EntryStore::new();
+        // One read stripe per shard: a thread's stripe and shard are the same index.
+        let stripes = store.shards().len();
         SystemTimer {
             executor: Executor::new(format!("executor-{}", self.executor_name)),
             executor_name: self.executor_name,
             time: self.time,
-            store: EntryStore::new(),
+            store,
             delay_queue,
-            timing_wheel,
-            advancing: Mutex::new(()),
+            timing_wheel: ShardedRwLock::new(timing_wheel, stripes),
             closed: AtomicBool::new(false),
         }
     }

@@ -31,14 +31,13 @@
 //!
 //! # Ground rules
 //!
-//! - The hierarchy has no lock of its own: the entry store's shard locks guard it. `add`
-//!   runs under the lock of the one shard it links into (`&mut Slab`); `advance_clock`,
-//!   the only writer of `current_time_ms`, runs with every shard locked ([`AllShards`]).
-//!   So an add sees each level's current time either wholly before or wholly after an
-//!   advance, and an add on one shard never waits for an add on another (there is no
-//!   timer-wide lock word for adding threads to share). `current_time_ms` is atomic only
-//!   so that this is safe Rust; the shard locks order its accesses (`Relaxed` suffices).
-//! - The overflow wheel is a [`OnceLock`]: two adds on different shards may race to create
+//! - The whole hierarchy sits behind the timer's reader-writer lock (a
+//!   [`ShardedRwLock`](crate::sharded_rw_lock::ShardedRwLock)): `add` runs under the read
+//!   lock, [`advance_clock`](TimingWheel::advance_clock) under the write lock, which it
+//!   proves with a [`WriteProof`]. So a flush never sees a concurrent add. The read side
+//!   is striped, so the wheel is reached through `&self` only, and `current_time_ms` is an
+//!   atomic; the lock orders its accesses (`Relaxed` suffices).
+//! - The overflow wheel is a [`OnceLock`]: two adds under the read lock may race to create
 //!   it; one wins, both use it.
 //! - Arithmetic saturates. The level whose interval saturates, or whose range reaches
 //!   `i64::MAX`, or a wheel of size 1 (whose overflow would never grow), keeps every later
@@ -57,7 +56,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{AllShards, MAX_LIST_ID, Slab};
+use crate::entry_store::{MAX_LIST_ID, Slab};
+use crate::sharded_rw_lock::WriteProof;
 use crate::timer_task_list::TimerTaskList;
 
 /// The queue every wheel of a hierarchy offers its buckets to.
@@ -68,7 +68,7 @@ pub(crate) struct TimingWheel {
     tick_ms: i64,
     wheel_size: usize,
     interval_ms: i64,
-    /// Written only under [`AllShards`]; read under at least one shard's lock.
+    /// Written only under the write lock; read under the read lock.
     current_time_ms: AtomicI64,
     buckets: Box<[Arc<TimerTaskList>]>,
     /// The first bucket id of this level; level `k` uses ids `k * wheel_size ..`.
@@ -183,9 +183,8 @@ impl TimingWheel {
     }
 
     /// Moves this level's current time (and its overflow's) to `time_ms`, rounded down to
-    /// a tick, if that is at least one tick ahead. Every shard must be locked (`all`), so
-    /// no add reads a half-advanced hierarchy.
-    pub(crate) fn advance_clock(&self, time_ms: i64, _all: &AllShards<'_>) {
+    /// a tick, if that is at least one tick ahead. The caller holds the write lock.
+    pub(crate) fn advance_clock(&self, time_ms: i64, _write: &WriteProof<'_>) {
         let mut time_ms = time_ms;
         let mut level = Some(self);
         // Each level moves to the time its finer neighbour moved to, as long as that is a
@@ -339,7 +338,7 @@ mod tests {
             self.time.sleep(1);
             let mut fired = Vec::new();
             while let Some((bucket, due_ms)) = self.queue.poll() {
-                self.wheel.advance_clock(due_ms, &self.store.lock_all());
+                self.wheel.advance_clock(due_ms, &WriteProof::for_tests());
                 let wheel = &self.wheel;
                 drop(bucket.flush(&self.store, |slab, index| {
                     if !wheel.add(slab, index) {
