@@ -72,19 +72,16 @@ impl TimerTaskEntry {
 
     /// A handle to a task that was handed to the executor (or run) inside `add`.
     pub(crate) fn expired(expiration_ms: i64) -> Self {
-        TimerTaskEntry {
-            owner: None,
-            key: EntryKey {
-                index: 0,
-                generation: 0,
-            },
-            expiration_ms,
-            cancelled: CancelFlag::new(false),
-        }
+        TimerTaskEntry::detached(expiration_ms, false)
     }
 
     /// A handle to a task that a closed timer refused (and dropped without running).
     pub(crate) fn refused(expiration_ms: i64) -> Self {
+        TimerTaskEntry::detached(expiration_ms, true)
+    }
+
+    /// A handle to a task that never entered the timer's storage.
+    fn detached(expiration_ms: i64, cancelled: bool) -> Self {
         TimerTaskEntry {
             owner: None,
             key: EntryKey {
@@ -92,7 +89,7 @@ impl TimerTaskEntry {
                 generation: 0,
             },
             expiration_ms,
-            cancelled: CancelFlag::new(true),
+            cancelled: CancelFlag::new(cancelled),
         }
     }
 
