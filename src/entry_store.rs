@@ -380,10 +380,7 @@ impl Drop for ShardGuard<'_> {
         };
         self.len.store(slab.len, Ordering::Relaxed);
         let released = slab.take_released();
-        // Fair: a parked waiter (a cancel, or a flush's next chunk) gets the lock before this
-        // thread can take it back. The uncontended path is the same single atomic as
-        // `unlock`.
-        MutexGuard::unlock_fair(slab);
+        drop(slab);
         drop(released);
     }
 }
