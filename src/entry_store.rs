@@ -419,9 +419,9 @@ impl EntryStore {
         }
     }
 
-    /// Returns the shard the calling thread adds to.
-    pub(crate) fn local_shard(&self) -> &Arc<Shard> {
-        &self.shards[thread_hint() & (self.shards.len() - 1)]
+    /// Returns the shard a thread with hint `hint` ([`thread_hint`]) adds to.
+    pub(crate) fn shard_for(&self, hint: usize) -> &Arc<Shard> {
+        &self.shards[hint & (self.shards.len() - 1)]
     }
 
     /// Returns every shard.

@@ -21,8 +21,6 @@ use std::ops::Deref;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::entry_store::thread_hint;
-
 /// One stripe's lock, on cache lines of its own.
 #[repr(align(128))]
 struct Stripe(RwLock<()>);
@@ -60,8 +58,16 @@ impl<T> ShardedRwLock<T> {
     }
 
     /// Takes the read lock of the calling thread's stripe.
+    #[cfg(test)]
     pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        let stripe = &self.stripes[thread_hint() & (self.stripes.len() - 1)];
+        self.read_stripe(crate::entry_store::thread_hint())
+    }
+
+    /// Takes the read lock of stripe `hint` (modulo the stripe count): a caller that
+    /// already has its [`thread_hint`](crate::entry_store::thread_hint) saves looking it
+    /// up again.
+    pub(crate) fn read_stripe(&self, hint: usize) -> ReadGuard<'_, T> {
+        let stripe = &self.stripes[hint & (self.stripes.len() - 1)];
         ReadGuard {
             _stripe: stripe.0.read(),
             value: &self.value,

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{EntryStore, Released, Slab};
+use crate::entry_store::{EntryStore, Released, Slab, thread_hint};
 use crate::executor::Executor;
 use crate::sharded_rw_lock::ShardedRwLock;
 use crate::time::hi_res_clock_ms_ceil;
@@ -199,7 +199,9 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
-        let wheel = self.timing_wheel.read();
+        // The thread's stripe of the wheel lock and its shard of the store share one index.
+        let hint = thread_hint();
+        let wheel = self.timing_wheel.read_stripe(hint);
         if self.closed.load(Ordering::Acquire) {
             drop(wheel);
             drop(task);
@@ -212,7 +214,7 @@ impl Timer for SystemTimer {
             self.executor.submit(task);
             return TimerTaskEntry::expired(expiration_ms);
         }
-        let shard = self.store.local_shard();
+        let shard = self.store.shard_for(hint);
         let mut slab = shard.lock();
         let key = slab.insert(task, expiration_ms);
         if wheel.add(&mut slab, key.index) {
