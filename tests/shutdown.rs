@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
 
+mod common;
+use common::Counted;
+
 /// Pending timers for the big `close`.
 const PENDING: usize = 1_000_000;
 /// The bound on `close` with `PENDING` timers: 100 ms in release (measured: ~30 ms). A
@@ -39,28 +42,6 @@ fn barrier(timer: &dyn Timer) {
     timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
     rx.recv_timeout(DEADLOCK)
         .expect("executor did not reach the barrier");
-}
-
-/// A task that counts its drops and runs.
-struct Counted {
-    delay_ms: i64,
-    drops: Arc<AtomicUsize>,
-    runs: Arc<AtomicUsize>,
-}
-
-impl TimerTask for Counted {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
-    }
-    fn run(self: Box<Self>) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.drops.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 #[test]

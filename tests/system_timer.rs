@@ -6,40 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use timingwheel::{SystemTimer, Timer, TimerTask, hi_res_clock_ms, timer_task};
+use timingwheel::{SystemTimer, Timer, hi_res_clock_ms, timer_task};
+
+mod common;
+use common::counted;
 
 /// How long a test waits for tasks that should already have run.
 const PATIENCE: Duration = Duration::from_secs(10);
-
-/// A task that counts its runs and its drops.
-struct Counted {
-    delay_ms: i64,
-    runs: Arc<AtomicUsize>,
-    drops: Arc<AtomicUsize>,
-}
-
-impl TimerTask for Counted {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
-    }
-    fn run(self: Box<Self>) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.drops.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn counted(delay_ms: i64, runs: &Arc<AtomicUsize>, drops: &Arc<AtomicUsize>) -> Box<Counted> {
-    Box::new(Counted {
-        delay_ms,
-        runs: Arc::clone(runs),
-        drops: Arc::clone(drops),
-    })
-}
 
 /// Drives `timer` until `done` holds or `PATIENCE` passes.
 fn drive_until(timer: &SystemTimer, done: impl Fn() -> bool) {
