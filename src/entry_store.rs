@@ -451,7 +451,29 @@ impl EntryStore {
 
 /// The tasks of a cleared store, to be dropped outside every lock.
 #[must_use = "dropping this drops the tasks: do it after releasing every lock"]
-pub(crate) struct Cleared(#[allow(dead_code)] Vec<Vec<Box<[Node]>>>);
+pub(crate) struct Cleared(Vec<Vec<Box<[Node]>>>);
+
+impl Cleared {
+    /// Returns the number of tasks in the cleared pages.
+    pub(crate) fn len(&self) -> usize {
+        self.0
+            .iter()
+            .flatten()
+            .flat_map(|page| page.iter())
+            .filter(|node| node.task.is_some())
+            .count()
+    }
+
+    /// Takes the tasks out of the cleared pages.
+    pub(crate) fn into_tasks(self) -> Vec<Box<dyn TimerTask>> {
+        self.0
+            .into_iter()
+            .flatten()
+            .flat_map(|page| page.into_vec())
+            .filter_map(|node| node.task)
+            .collect()
+    }
+}
 
 /// A small number that differs between threads, fixed for each thread's life.
 pub(crate) fn thread_hint() -> usize {

@@ -304,14 +304,18 @@ impl Timer for MockTimer {
     }
 
     fn close(&self) {
+        // Dropped after the lock is released: a task's `Drop` may call back into the timer.
+        drop(self.stop());
+    }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
         let mut pending = self.state.pending.lock();
         if self.state.closed.swap(true, Ordering::AcqRel) {
-            return;
+            return Vec::new();
         }
-        let dropped = std::mem::take(&mut *pending);
+        let taken = std::mem::take(&mut *pending);
         drop(pending);
-        // Dropped after the lock is released: a task's `Drop` may call back into the timer.
-        drop(dropped);
+        taken.by_expiration.into_values().collect()
     }
 }
 

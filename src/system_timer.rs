@@ -269,19 +269,32 @@ impl Timer for SystemTimer {
     }
 
     fn close(&self) {
+        drop(self.shut_down());
+    }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.shut_down()
+            .map_or_else(Vec::new, crate::entry_store::Cleared::into_tasks)
+    }
+}
+
+impl SystemTimer {
+    /// Closes the timer and returns what was still waiting (`None` if it was closed
+    /// already), after waiting for the tasks already on the executor.
+    fn shut_down(&self) -> Option<crate::entry_store::Cleared> {
         let cleared = {
             let _wheel = self.timing_wheel.write();
             if self.closed.swap(true, Ordering::AcqRel) {
-                return;
+                return None;
             }
             self.delay_queue.close();
             self.store.clear()
         };
         log::debug!(
-            "timer {}: closed, dropping the tasks still waiting",
-            self.executor_name
+            "timer {}: closed with {} tasks still waiting",
+            self.executor_name,
+            cleared.len()
         );
-        drop(cleared);
         if !self.executor.is_current_thread() {
             let left = self.executor.wait_idle(CLOSE_WAIT);
             if left > 0 {
@@ -291,6 +304,7 @@ impl Timer for SystemTimer {
                 );
             }
         }
+        Some(cleared)
     }
 }
 

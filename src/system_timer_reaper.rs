@@ -124,6 +124,19 @@ impl Timer for SystemTimerReaper {
     }
 
     fn close(&self) {
+        self.stop_thread();
+        self.timer.close();
+    }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.stop_thread();
+        self.timer.stop()
+    }
+}
+
+impl SystemTimerReaper {
+    /// Tells the reaper thread to end and, unless called on that thread, waits until it has.
+    fn stop_thread(&self) {
         self.shutdown.store(true, Ordering::Release);
         // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
         if std::thread::current().id() != self.thread_id {
@@ -134,7 +147,6 @@ impl Timer for SystemTimerReaper {
                 log::error!("reaper thread panicked");
             }
         }
-        self.timer.close();
     }
 }
 

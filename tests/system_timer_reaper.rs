@@ -151,6 +151,11 @@ impl Timer for RecordingTimer {
     fn close(&self) {
         self.0.close_calls.fetch_add(1, Ordering::SeqCst);
     }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.close();
+        Vec::new()
+    }
 }
 
 impl Drop for RecordingTimer {
@@ -343,6 +348,10 @@ impl Timer for FlakyTimer {
     fn close(&self) {
         self.inner.close()
     }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.inner.stop()
+    }
 }
 
 #[test]
@@ -468,6 +477,11 @@ impl Timer for SlowPollTimer {
 
     fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.close();
+        Vec::new()
     }
 }
 
