@@ -60,54 +60,50 @@ pub trait Timer: Send + Sync {
     fn stop(&self) -> Vec<Box<dyn TimerTask>>;
 }
 
-/// A shared timer is a timer: a reaper can drive a timer the caller keeps an `Arc` of, and
-/// a purgatory can run on an `Arc<MockTimer>` that a test keeps driving.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use timingwheel::{timer_task, MockTimer, Timer};
-///
-/// let timer = Arc::new(MockTimer::new());
-/// let shared: Box<dyn Timer> = Box::new(Arc::clone(&timer));
-/// shared.add(timer_task(10, || {}));
-/// assert_eq!(timer.size(), 1);
-/// ```
-impl<T: Timer + ?Sized> Timer for Arc<T> {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        (**self).add(task)
-    }
-    fn advance_clock(&self, timeout_ms: i64) -> bool {
-        (**self).advance_clock(timeout_ms)
-    }
-    fn size(&self) -> usize {
-        (**self).size()
-    }
-    fn close(&self) {
-        (**self).close()
-    }
-    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        (**self).stop()
-    }
+/// Implements [`Timer`] for a pointer type by delegating every call to the pointee.
+macro_rules! delegate_timer {
+    ($(#[$doc:meta])* $pointer:ident) => {
+        $(#[$doc])*
+        impl<T: Timer + ?Sized> Timer for $pointer<T> {
+            fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+                (**self).add(task)
+            }
+            fn advance_clock(&self, timeout_ms: i64) -> bool {
+                (**self).advance_clock(timeout_ms)
+            }
+            fn size(&self) -> usize {
+                (**self).size()
+            }
+            fn close(&self) {
+                (**self).close()
+            }
+            fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+                (**self).stop()
+            }
+        }
+    };
 }
 
-/// A boxed timer is a timer, so `Box<dyn Timer>` can be handed to anything that takes
-/// `impl Timer`.
-impl<T: Timer + ?Sized> Timer for Box<T> {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        (**self).add(task)
-    }
-    fn advance_clock(&self, timeout_ms: i64) -> bool {
-        (**self).advance_clock(timeout_ms)
-    }
-    fn size(&self) -> usize {
-        (**self).size()
-    }
-    fn close(&self) {
-        (**self).close()
-    }
-    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        (**self).stop()
-    }
+delegate_timer! {
+    /// A shared timer is a timer: a reaper can drive a timer the caller keeps an `Arc` of,
+    /// and a purgatory can run on an `Arc<MockTimer>` that a test keeps driving.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{timer_task, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let shared: Box<dyn Timer> = Box::new(Arc::clone(&timer));
+    /// shared.add(timer_task(10, || {}));
+    /// assert_eq!(timer.size(), 1);
+    /// ```
+    Arc
+}
+
+delegate_timer! {
+    /// A boxed timer is a timer, so a `Box<dyn Timer>` can go wherever `impl Timer` is
+    /// asked for.
+    Box
 }
