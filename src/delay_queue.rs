@@ -7,6 +7,11 @@
 //! - Waiting is never busy: a poller sleeps until the head item is due, its timeout passes,
 //!   an earlier item is offered, or the queue is closed. Delays are converted to a
 //!   [`Duration`] in one place, [`DelayQueue::wait_for`], in nanoseconds.
+//! - An item can go stale (its owner was queued again for an earlier time, or flushed by
+//!   another item): the owner says so through the queue's `is_stale` function. Stale items
+//!   are skipped by the caller when they come out, and pruned once they could make up half
+//!   the queue, so the queue stays as large as the number of live items, not the number of
+//!   offers ever made.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -22,6 +27,8 @@ use crate::time::NANOS_PER_MS;
 /// A condvar-based delay queue: items ordered by due time, taken only once due.
 pub(crate) struct DelayQueue<T> {
     time: Arc<dyn Time>,
+    /// True for an item that no longer stands for anything (see the ground rules).
+    is_stale: fn(&T, i64) -> bool,
     state: Mutex<State<T>>,
     available: Condvar,
 }
@@ -30,8 +37,22 @@ struct State<T> {
     heap: BinaryHeap<Reverse<Item<T>>>,
     /// Breaks ties between equal due times in offer order.
     next_seq: u64,
+    /// The heap is pruned of stale items when it reaches this length.
+    prune_at: usize,
     closed: bool,
 }
+
+/// An item taken out of the queue: the value, the due time it was offered with, and the
+/// clock's reading that found it due.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Due<T> {
+    pub(crate) value: T,
+    pub(crate) due_ms: i64,
+    pub(crate) now_ms: i64,
+}
+
+/// The queue is never pruned below this length.
+const MIN_PRUNE_AT: usize = 1024;
 
 struct Item<T> {
     due_ms: i64,
@@ -59,12 +80,20 @@ impl<T> Ord for Item<T> {
 impl<T> DelayQueue<T> {
     /// Creates an empty queue whose due times are read on `time`'s
     /// [`hi_res_clock_ms`](Time::hi_res_clock_ms).
+    #[cfg(test)]
     pub(crate) fn new(time: Arc<dyn Time>) -> Self {
+        DelayQueue::pruning(time, |_, _| false)
+    }
+
+    /// Creates an empty queue whose items go stale when `is_stale(value, due_ms)` says so.
+    pub(crate) fn pruning(time: Arc<dyn Time>, is_stale: fn(&T, i64) -> bool) -> Self {
         DelayQueue {
             time,
+            is_stale,
             state: Mutex::new(State {
                 heap: BinaryHeap::new(),
                 next_seq: 0,
+                prune_at: MIN_PRUNE_AT,
                 closed: false,
             }),
             available: Condvar::new(),
@@ -82,14 +111,23 @@ impl<T> DelayQueue<T> {
         state.next_seq += 1;
         state.heap.push(Reverse(Item { due_ms, seq, value }));
         let is_head = state.heap.peek().is_some_and(|head| head.0.seq == seq);
+        if state.heap.len() >= state.prune_at {
+            let is_stale = self.is_stale;
+            state
+                .heap
+                .retain(|Reverse(item)| !is_stale(&item.value, item.due_ms));
+            state.prune_at = (state.heap.len() * 2).max(MIN_PRUNE_AT);
+            let wanted = state.prune_at;
+            state.heap.shrink_to(wanted);
+        }
         drop(state);
         if is_head {
             self.available.notify_all();
         }
     }
 
-    /// Removes and returns the head and its due time if it is due now; never waits.
-    pub(crate) fn poll(&self) -> Option<(T, i64)> {
+    /// Removes and returns the head if it is due now; never waits.
+    pub(crate) fn poll(&self) -> Option<Due<T>> {
         let mut state = self.state.lock();
         let now_ms = self.time.hi_res_clock_ms();
         Self::take_due(&mut state, now_ms)
@@ -98,7 +136,7 @@ impl<T> DelayQueue<T> {
     /// Removes and returns the head and its due time once it is due, waiting at most
     /// `timeout_ms` (zero or negative: not at all). Returns `None` on timeout, or at once
     /// when the queue is closed.
-    pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<(T, i64)> {
+    pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<Due<T>> {
         let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms.max(0) as u64));
         let mut state = self.state.lock();
         loop {
@@ -136,12 +174,16 @@ impl<T> DelayQueue<T> {
         Duration::from_nanos(due_ns.saturating_sub(now_ns).max(0) as u64)
     }
 
-    fn take_due(state: &mut State<T>, now_ms: i64) -> Option<(T, i64)> {
+    fn take_due(state: &mut State<T>, now_ms: i64) -> Option<Due<T>> {
         if state.heap.peek()?.0.due_ms > now_ms {
             return None;
         }
         let Reverse(item) = state.heap.pop()?;
-        Some((item.value, item.due_ms))
+        Some(Due {
+            value: item.value,
+            due_ms: item.due_ms,
+            now_ms,
+        })
     }
 
     /// Returns the number of items, due or not.
@@ -191,7 +233,7 @@ mod tests {
         time.sleep(4_999);
         assert_eq!(queue.poll(), None);
         time.sleep(1);
-        assert_eq!(queue.poll().map(|(v, _)| v), Some("bucket"));
+        assert_eq!(queue.poll().map(|due| due.value), Some("bucket"));
     }
 
     #[test]
@@ -203,7 +245,9 @@ mod tests {
         queue.offer("b1", now + 2);
         queue.offer("b2", now + 2);
         time.sleep(3);
-        let order: Vec<_> = std::iter::from_fn(|| queue.poll()).collect();
+        let order: Vec<_> = std::iter::from_fn(|| queue.poll())
+            .map(|due| (due.value, due.due_ms))
+            .collect();
         assert_eq!(
             order,
             [
@@ -233,7 +277,7 @@ mod tests {
         let queue = DelayQueue::new(Arc::new(SystemClock));
         let due = SystemClock.hi_res_clock_ms() + 40;
         queue.offer(7, due);
-        let got = queue.poll_timeout(10_000);
+        let got = queue.poll_timeout(10_000).map(|d| (d.value, d.due_ms));
         assert_eq!(got, Some((7, due)));
         assert!(SystemClock.hi_res_clock_ms() >= due);
     }
@@ -253,7 +297,7 @@ mod tests {
         let due = SystemClock.hi_res_clock_ms() + 20;
         queue.offer("early", due);
         let (got, waited) = poller.join().unwrap();
-        assert_eq!(got, Some(("early", due)));
+        assert_eq!(got.map(|d| (d.value, d.due_ms)), Some(("early", due)));
         assert!(waited < Duration::from_secs(10), "{waited:?}");
     }
 
@@ -272,5 +316,27 @@ mod tests {
         queue.offer(1, i64::MIN);
         assert_eq!(queue.len(), 0);
         assert_eq!(queue.poll_timeout(60_000), None);
+    }
+
+    #[test]
+    fn stale_items_are_pruned_so_the_queue_follows_the_live_ones() {
+        use std::sync::atomic::{AtomicI64, Ordering};
+        // The owner is queued again for an earlier time on every offer (a count-down), as a
+        // wheel of size 1 does when each add is due before the last.
+        let owner = Arc::new(AtomicI64::new(i64::MAX));
+        let queue: DelayQueue<Arc<AtomicI64>> =
+            DelayQueue::pruning(Arc::new(MockTime::new()), |owner, due_ms| {
+                owner.load(Ordering::SeqCst) != due_ms
+            });
+        for due in (0..100_000).rev() {
+            owner.store(due, Ordering::SeqCst);
+            queue.offer(Arc::clone(&owner), due);
+            assert!(
+                queue.len() <= 2 * MIN_PRUNE_AT,
+                "{} items queued",
+                queue.len()
+            );
+        }
+        assert_eq!(Arc::strong_count(&owner) - 1, queue.len());
     }
 }

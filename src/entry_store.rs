@@ -1,373 +1,695 @@
-//! Where pending entries live: a sharded slab whose slots carry the links of every bucket's
-//! doubly linked list.
+//! Where pending entries live: each shard of a timer holds pages of 32-byte slots, one per
+//! pending task, and its own part of every list (see `timer_task_list`).
 //!
-//! Kafka gives each `TimerTaskEntry` its own object with `prev`/`next` pointers and a
-//! `list` field. Here an entry is a 40-byte slot in a slab page, linked by `u32` indices,
-//! which needs no `unsafe`, no allocation per entry beyond the user's own task box, and no
-//! reference count.
+//! Kafka gives every `TimerTaskEntry` an object of its own, linked into its bucket's list.
+//! Here an entry is a slot in a page of its shard; its list holds the slot's index in an
+//! array, and the slot holds its position there ([`Loc`]). A flush then reads a list in
+//! order — the processor can fetch many slots at once instead of chasing one pointer after
+//! another — and a cancel still removes an entry in O(1).
 //!
 //! # Ground rules
 //!
-//! - The store is split into shards, each a [`Mutex`] around one [`Slab`]. A thread adds to
-//!   the shard its hint picks, so adding threads rarely share a lock or a cache line.
-//! - Every field of a [`Slab`] is guarded by its shard's mutex. [`Shard::len`] is written
-//!   only under that mutex and read without it.
-//! - A bucket ([`TimerTaskList`](crate::timer_task_list::TimerTaskList)) is one list *per
-//!   shard*: an entry is linked only with entries of its own shard, so no operation ever
-//!   holds two shard locks.
-//! - Lock order: the timer's wheel lock, then one shard's mutex, then the delay queue's
-//!   mutex. Nothing here calls user code: tasks are moved out under the lock and dropped or run
-//!   after it is released.
-//! - A slot's state: *vacant* (no task, generation 0, on the free list), *unlinked* (a task,
-//!   `prev == next == NIL`), or *linked* into one list. The generation a slot gets when it
-//!   is filled comes from a per-shard counter that never repeats, so a [`EntryKey`] can
-//!   never name a later occupant of its slot.
-//! - The two ends of a list carry the list's id instead of a neighbour (`END | id`), so
-//!   unlinking needs no list pointer in the slot and no sentinel node.
+//! See `system_timer` for the lock order of the whole timer. Here:
+//!
+//! - A timer's entries are split over shards. A thread adds to the shard its hint picks, so
+//!   adding threads rarely share a lock or a cache line. A shard's [`ShardState`] — its
+//!   slots, its part of every list and its clone records — is guarded by the shard's mutex,
+//!   which is also that stripe of the timer's reader-writer lock (`sharded_rw_lock`).
+//!   [`Shard::len`] is written under the mutex (when a guard is dropped) and read without it.
+//! - An entry lives and moves within one shard, so no operation holds two shard locks except
+//!   the writer, which takes all of them in index order.
+//! - A slot is *vacant* (no task; on its page's vacant list) or *occupied* (a task, its
+//!   expiration, and where it is listed). Its generation counts its occupants. A handle
+//!   names a slot by index and generation, so a stale handle never reaches a later occupant.
+//!   A slot whose generation would wrap is retired instead of reused, and a page that is
+//!   given back leaves its highest generation behind for the next page of that number.
+//! - Shards are pooled for the life of the process, so a handle can keep a `&'static`
+//!   reference to its shard and `add` touches no reference count. A shard goes back to the
+//!   pool empty when its timer is dropped; the generations it handed out stay with it, so a
+//!   handle of the old timer can never cancel a task of the next one.
+//! - Nothing here runs user code. Tasks are moved out under the lock; the caller drops,
+//!   runs or hands them to the executor. Memory follows the live set: a page whose last
+//!   entry leaves is given back (one spare is kept per shard), and lists shrink as they
+//!   empty (see `timer_task_list`). Page buffers are freed after the lock is released.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::TimerTask;
-use crate::timer_task_entry::{EntryKey, EntryOwner};
+use crate::timer_task_list::{Blocks, ListPart};
+use crate::timing_wheel::Geometry;
 
-/// "No slot": an empty list's ends, and both links of an unlinked slot.
-pub(crate) const NIL: u32 = u32::MAX;
-/// Set on a link that points at a list's end rather than at a slot.
-const END: u32 = 1 << 31;
-/// The list a flush drains: entries taken out of a bucket wait here to be re-added.
-pub(crate) const TRANSIT: u32 = END - 2;
-/// Bucket ids must stay below this.
-pub(crate) const MAX_LIST_ID: u32 = TRANSIT;
-
-/// Slots per slab page (a power of two). Pages never move, and a shard keeps at most one
-/// of them once it is empty.
+/// Slots per page (a power of two).
 const PAGE_SHIFT: u32 = 10;
 const PAGE_SLOTS: usize = 1 << PAGE_SHIFT;
 const PAGE_MASK: u32 = (1 << PAGE_SHIFT) - 1;
 
-/// One pending entry (or a vacant slot).
-struct Node {
+/// Pending entries one shard can hold. Slot indices and list positions fit in 24 bits; a
+/// full shard makes `add` go on to the next one.
+pub(crate) const SHARD_SLOTS: usize = 1 << 24;
+const MAX_PAGES: usize = SHARD_SLOTS / PAGE_SLOTS;
+
+/// "None" for page-local links and page numbers.
+const NIL: u32 = u32::MAX;
+
+/// Names one entry within its shard: its slot, and the generation of the occupant meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct EntryKey {
+    /// Page number and offset in the page (24 bits in all).
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
+/// without the task).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) index: u32,
+    pub(crate) expiration_ms: i64,
+}
+
+/// Where an occupied slot's entry is listed: its wheel level, and its position in that
+/// level's list of its shard. Positions are absolute and wrap (see `ListPart`); the list
+/// itself follows from the level and the entry's expiration (`Geometry::list_for`).
+///
+/// Packed into 32 bits: the level in the top 7, the position in the low 25.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc(u32);
+
+impl Loc {
+    const POSITION_BITS: u32 = 25;
+    /// Positions wrap at this mask.
+    pub(crate) const POSITION_MASK: u32 = (1 << Self::POSITION_BITS) - 1;
+    /// Levels a location can name (level 127 is [`Loc::UNLISTED`]).
+    pub(crate) const MAX_LEVELS: usize = 127;
+    /// In no list: just taken out of one by a flush, or in a timer without lists.
+    pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
+
+    /// At `position` in a list of `level`.
+    pub(crate) fn listed(level: usize, position: u32) -> Loc {
+        debug_assert!(level < Self::MAX_LEVELS);
+        Loc(((level as u32) << Self::POSITION_BITS) | (position & Self::POSITION_MASK))
+    }
+
+    /// The level of the list, or `None` if unlisted.
+    pub(crate) fn level(self) -> Option<usize> {
+        (self != Loc::UNLISTED).then_some((self.0 >> Self::POSITION_BITS) as usize)
+    }
+
+    /// The position in the list.
+    pub(crate) fn position(self) -> u32 {
+        self.0 & Self::POSITION_MASK
+    }
+
+    /// The same list, another position.
+    fn moved_to(self, position: u32) -> Loc {
+        Loc((self.0 & !Self::POSITION_MASK) | (position & Self::POSITION_MASK))
+    }
+}
+
+impl fmt::Debug for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.level() {
+            Some(level) => write!(f, "Loc(level {level}, position {})", self.position()),
+            None => f.write_str("Loc::UNLISTED"),
+        }
+    }
+}
+
+/// One entry, or a vacant slot.
+struct Slot {
+    /// `Some` while occupied.
     task: Option<Box<dyn TimerTask>>,
     expiration_ms: i64,
-    generation: u64,
-    prev: u32,
-    /// The next slot of the list, `END | list` at the tail, or the free-list link of a
-    /// vacant slot.
-    next: u32,
+    /// The generation of the current (or, vacant, the last) occupant.
+    generation: u32,
+    /// Occupied: where the entry is listed. Vacant: the next vacant slot of the page (a raw
+    /// page offset, or `NIL`).
+    loc: Loc,
 }
 
-impl Node {
-    const VACANT: Node = Node {
-        task: None,
-        expiration_ms: 0,
-        generation: 0,
-        prev: NIL,
-        next: NIL,
-    };
+impl Slot {
+    fn next_vacant(&self) -> u32 {
+        self.loc.0
+    }
 }
 
-/// The two ends of a list within one shard; `NIL` when empty.
-#[derive(Clone, Copy, Debug)]
-struct Ends {
-    head: u32,
-    tail: u32,
+/// A page of slots.
+struct Page {
+    /// Capacity `PAGE_SLOTS`; grows as slots are first used, so that an unused page costs
+    /// address space, not memory.
+    slots: Vec<Slot>,
+    /// The first vacant slot below `slots.len()`, or `NIL`.
+    vacant: u32,
+    live: u32,
+    /// This page's index in `Slots::partial`, or `NIL` while it has no room.
+    partial_at: u32,
 }
 
-impl Ends {
-    const EMPTY: Ends = Ends {
-        head: NIL,
-        tail: NIL,
-    };
+impl Page {
+    fn has_room(&self) -> bool {
+        self.vacant != NIL || self.slots.len() < PAGE_SLOTS
+    }
 }
 
-/// The slots and list ends of one shard. Every method expects the shard's lock held, which
-/// `&mut Slab` proves.
-pub(crate) struct Slab {
-    pages: Vec<Box<[Node]>>,
-    /// Slots below this index have been handed out at least once since the last reset.
-    used: u32,
-    /// Head of the vacant-slot list.
-    free: u32,
-    next_generation: u64,
-    /// Bucket lists by id, grown on demand.
-    lists: Vec<Ends>,
-    transit: Ends,
-    /// Pending entries; mirrored into [`Shard::len`].
+/// A page number: its page, if it has one, and the highest generation its slots ever had.
+struct PageEntry {
+    page: Option<Page>,
+    generation_base: u32,
+}
+
+/// The slots of one shard.
+struct Slots {
+    pages: Vec<PageEntry>,
+    /// Page numbers whose page has room.
+    partial: Vec<u32>,
+    /// Page numbers without a page, free to be given one.
+    unused: Vec<u32>,
+    /// The buffer of the last page given back, kept for the next page.
+    spare: Option<Vec<Slot>>,
+    /// Buffers given back, to be freed once the lock is released.
+    released: Vec<Vec<Slot>>,
     len: usize,
-    /// Pages given back when the shard emptied, to be freed once the lock is released.
-    released: Vec<Box<[Node]>>,
 }
 
-impl Slab {
-    fn new() -> Slab {
-        Slab {
+impl Slots {
+    const fn new() -> Slots {
+        Slots {
             pages: Vec::new(),
-            used: 0,
-            free: NIL,
-            next_generation: 1,
-            lists: Vec::new(),
-            transit: Ends::EMPTY,
-            len: 0,
+            partial: Vec::new(),
+            unused: Vec::new(),
+            spare: None,
             released: Vec::new(),
+            len: 0,
         }
     }
 
-    fn node(&self, index: u32) -> &Node {
-        &self.pages[(index >> PAGE_SHIFT) as usize][(index & PAGE_MASK) as usize]
+    fn page(&self, index: u32) -> Option<&Page> {
+        self.pages
+            .get((index >> PAGE_SHIFT) as usize)?
+            .page
+            .as_ref()
     }
 
-    fn node_mut(&mut self, index: u32) -> &mut Node {
-        &mut self.pages[(index >> PAGE_SHIFT) as usize][(index & PAGE_MASK) as usize]
+    fn slot(&self, index: u32) -> &Slot {
+        &self.page(index).expect("slot of a page that is gone").slots[(index & PAGE_MASK) as usize]
     }
 
-    fn ends_mut(&mut self, list: u32) -> &mut Ends {
-        if list == TRANSIT {
-            return &mut self.transit;
+    fn slot_mut(&mut self, index: u32) -> &mut Slot {
+        let page = self.pages[(index >> PAGE_SHIFT) as usize]
+            .page
+            .as_mut()
+            .expect("slot of a page that is gone");
+        &mut page.slots[(index & PAGE_MASK) as usize]
+    }
+
+    /// True if `key` names the current occupant of its slot.
+    fn is_live(&self, key: EntryKey) -> bool {
+        self.page(key.index)
+            .and_then(|page| page.slots.get((key.index & PAGE_MASK) as usize))
+            .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
+    }
+
+    /// Stores an occupant in a vacant slot; `None` if the shard is full.
+    fn insert(&mut self, task: Box<dyn TimerTask>, expiration_ms: i64) -> Option<EntryKey> {
+        if self.len == SHARD_SLOTS {
+            return None;
         }
-        let at = list as usize;
-        if at >= self.lists.len() {
-            self.lists.resize(at + 1, Ends::EMPTY);
-        }
-        &mut self.lists[at]
-    }
-
-    /// Returns the number of pending entries in this shard.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Stores a new, unlinked entry and returns its key.
-    pub(crate) fn insert(&mut self, task: Box<dyn TimerTask>, expiration_ms: i64) -> EntryKey {
-        let index = if self.free != NIL {
-            let index = self.free;
-            self.free = self.node(index).next;
-            index
-        } else {
-            if self.used as usize == self.pages.len() * PAGE_SLOTS {
-                assert!(
-                    self.used < MAX_SLOTS,
-                    "timingwheel: more than {MAX_SLOTS} pending timers in one shard"
-                );
-                self.pages
-                    .push((0..PAGE_SLOTS).map(|_| Node::VACANT).collect());
-            }
-            self.used += 1;
-            self.used - 1
+        let number = match self.partial.last() {
+            Some(&number) => number,
+            None => self.new_page()?,
         };
-        let generation = self.next_generation;
-        self.next_generation += 1;
-        *self.node_mut(index) = Node {
+        let entry = &mut self.pages[number as usize];
+        let page = entry.page.as_mut().expect("a partial page exists");
+        let offset = if page.vacant != NIL {
+            let offset = page.vacant;
+            page.vacant = page.slots[offset as usize].next_vacant();
+            offset
+        } else {
+            // A slot used for the first time since its page was made.
+            page.slots.push(Slot {
+                task: None,
+                expiration_ms: 0,
+                generation: entry.generation_base,
+                loc: Loc(NIL),
+            });
+            (page.slots.len() - 1) as u32
+        };
+        let slot = &mut page.slots[offset as usize];
+        // Never wraps: a slot at u32::MAX is retired, and a page base of u32::MAX retires
+        // its page number (see `vacate` and `give_back`).
+        let generation = slot.generation + 1;
+        *slot = Slot {
             task: Some(task),
             expiration_ms,
             generation,
-            prev: NIL,
-            next: NIL,
+            loc: Loc::UNLISTED,
         };
+        page.live += 1;
+        if !page.has_room() {
+            let at = std::mem::replace(&mut page.partial_at, NIL);
+            self.unlist_partial(at);
+        }
         self.len += 1;
-        EntryKey { index, generation }
+        Some(EntryKey {
+            index: (number << PAGE_SHIFT) | offset,
+            generation,
+        })
     }
 
-    /// Returns the expiration of the entry in slot `index`.
-    pub(crate) fn expiration_ms(&self, index: u32) -> i64 {
-        self.node(index).expiration_ms
+    /// Gives an empty page to a page number with none; `None` if every number is in use.
+    fn new_page(&mut self) -> Option<u32> {
+        let number = match self.unused.pop() {
+            Some(number) => number,
+            None if self.pages.len() < MAX_PAGES => {
+                self.pages.push(PageEntry {
+                    page: None,
+                    generation_base: 0,
+                });
+                // Sized here, where pages are added, so that giving pages back (in a flush)
+                // never allocates.
+                let pages = self.pages.len();
+                self.unused.reserve(pages - self.unused.len());
+                self.partial.reserve(pages - self.partial.len());
+                (pages - 1) as u32
+            }
+            None => return None,
+        };
+        let slots = self
+            .spare
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(PAGE_SLOTS));
+        self.pages[number as usize].page = Some(Page {
+            slots,
+            vacant: NIL,
+            live: 0,
+            partial_at: self.partial.len() as u32,
+        });
+        self.partial.push(number);
+        Some(number)
     }
 
-    /// Appends the entry in slot `index` to `list`, first unlinking it from any list it is
-    /// in (Kafka's rule: an entry lives in at most one list).
-    pub(crate) fn link(&mut self, list: u32, index: u32) {
-        debug_assert!(list < MAX_LIST_ID || list == TRANSIT);
-        self.unlink(index);
-        let tail = self.ends_mut(list).tail;
-        let node = self.node_mut(index);
-        node.next = END | list;
-        if tail == NIL {
-            node.prev = END | list;
-            self.ends_mut(list).head = index;
-        } else {
-            node.prev = tail;
-            self.node_mut(tail).next = index;
+    /// Removes `partial[at]`, keeping the moved page's `partial_at` right.
+    fn unlist_partial(&mut self, at: u32) {
+        self.partial.swap_remove(at as usize);
+        if let Some(&moved) = self.partial.get(at as usize) {
+            self.pages[moved as usize]
+                .page
+                .as_mut()
+                .expect("partial pages exist")
+                .partial_at = at;
         }
-        self.ends_mut(list).tail = index;
     }
 
-    /// Unlinks the entry in slot `index` from its list, if it is in one.
-    pub(crate) fn unlink(&mut self, index: u32) {
-        let Node { prev, next, .. } = *self.node(index);
-        if prev == NIL {
-            return;
+    /// Empties an occupied slot and returns its task.
+    fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
+        let number = index >> PAGE_SHIFT;
+        let offset = index & PAGE_MASK;
+        let page = self.pages[number as usize]
+            .page
+            .as_mut()
+            .expect("slot of a page that is gone");
+        let had_room = page.has_room();
+        let slot = &mut page.slots[offset as usize];
+        let task = slot.task.take().expect("vacating a vacant slot");
+        if slot.generation != u32::MAX {
+            slot.loc = Loc(page.vacant);
+            page.vacant = offset;
         }
-        if prev & END != 0 {
-            self.ends_mut(prev & !END).head = if next & END != 0 { NIL } else { next };
-        } else {
-            self.node_mut(prev).next = next;
+        page.live -= 1;
+        let now_empty = page.live == 0;
+        if !had_room && page.has_room() {
+            page.partial_at = self.partial.len() as u32;
+            self.partial.push(number);
         }
-        if next & END != 0 {
-            self.ends_mut(next & !END).tail = if prev & END != 0 { NIL } else { prev };
-        } else {
-            self.node_mut(next).prev = prev;
-        }
-        let node = self.node_mut(index);
-        node.prev = NIL;
-        node.next = NIL;
-    }
-
-    /// Unlinks and frees the entry in slot `index`, returning its task.
-    pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
-        self.unlink(index);
-        let free = self.free;
-        let node = self.node_mut(index);
-        let task = node.task.take().expect("removing a vacant slot");
-        node.generation = 0;
-        node.next = free;
-        self.free = index;
         self.len -= 1;
-        if self.len == 0 {
-            self.reset_pages();
+        if now_empty {
+            self.give_back(number);
         }
         task
     }
 
-    /// Removes the entry `key` names, if it is still pending, and returns its task.
-    pub(crate) fn take(&mut self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
-        let live = key.index < self.used && {
-            let node = self.node(key.index);
-            node.generation == key.generation && node.task.is_some()
-        };
-        live.then(|| self.remove(key.index))
-    }
-
-    /// Moves every entry of `list` to the end of the transit list, in O(1).
-    pub(crate) fn move_to_transit(&mut self, list: u32) {
-        let moved = std::mem::replace(self.ends_mut(list), Ends::EMPTY);
-        if moved.head == NIL {
-            return;
+    /// Takes the empty page of `number` away, remembering its highest generation.
+    fn give_back(&mut self, number: u32) {
+        let entry = &mut self.pages[number as usize];
+        let page = entry.page.take().expect("giving back a page that is gone");
+        debug_assert_eq!(page.live, 0);
+        let base = page
+            .slots
+            .iter()
+            .map(|slot| slot.generation)
+            .fold(entry.generation_base, u32::max);
+        entry.generation_base = base;
+        if base != u32::MAX {
+            self.unused.push(number);
         }
-        let transit_tail = self.transit.tail;
-        if transit_tail == NIL {
-            self.node_mut(moved.head).prev = END | TRANSIT;
-            self.transit.head = moved.head;
+        if page.partial_at != NIL {
+            self.unlist_partial(page.partial_at);
+        }
+        let mut slots = page.slots;
+        if self.spare.is_none() {
+            slots.clear();
+            self.spare = Some(slots);
         } else {
-            self.node_mut(transit_tail).next = moved.head;
-            self.node_mut(moved.head).prev = transit_tail;
-        }
-        self.node_mut(moved.tail).next = END | TRANSIT;
-        self.transit.tail = moved.tail;
-    }
-
-    /// Unlinks the first entry of the transit list and returns its slot.
-    pub(crate) fn pop_transit(&mut self) -> Option<u32> {
-        let head = self.transit.head;
-        if head == NIL {
-            return None;
-        }
-        self.unlink(head);
-        Some(head)
-    }
-
-    /// Calls `f` with the key of every entry of `list`, in list order.
-    #[cfg(test)]
-    pub(crate) fn for_each_in(&mut self, list: u32, mut f: impl FnMut(EntryKey)) {
-        let mut at = self.ends_mut(list).head;
-        while at != NIL && at & END == 0 {
-            let node = self.node(at);
-            f(EntryKey {
-                index: at,
-                generation: node.generation,
-            });
-            at = node.next;
+            self.released.push(slots);
         }
     }
 
-    /// Once the shard is empty, gives back all pages but the first and restarts the bump
-    /// allocator, so a burst of timers does not pin its memory forever. The pages are only
-    /// set aside here: freeing a thousand of them can take milliseconds, which must not
-    /// happen under a lock (see [`Slab::take_released`]).
-    fn reset_pages(&mut self) {
-        if self.pages.len() > 1 {
-            self.released.extend(self.pages.drain(1..));
+    /// Empties the shard and returns its page buffers, tasks included.
+    fn clear(&mut self) -> Vec<Vec<Slot>> {
+        let mut buffers = std::mem::take(&mut self.released);
+        self.partial.clear();
+        self.unused.clear();
+        for (number, entry) in self.pages.iter_mut().enumerate() {
+            if let Some(page) = entry.page.take() {
+                entry.generation_base = page
+                    .slots
+                    .iter()
+                    .map(|slot| slot.generation)
+                    .fold(entry.generation_base, u32::max);
+                buffers.push(page.slots);
+            }
+            if entry.generation_base != u32::MAX {
+                self.unused.push(number as u32);
+            }
         }
-        self.used = 0;
-        self.free = NIL;
-    }
-
-    /// Returns the pages given back since the last call, for the caller to drop once it
-    /// holds no lock.
-    pub(crate) fn take_released(&mut self) -> Released {
-        Released(std::mem::take(&mut self.released))
-    }
-
-    /// Empties the shard and returns its pages (with the tasks in them) for the caller to
-    /// drop after releasing the lock.
-    fn clear(&mut self) -> Vec<Box<[Node]>> {
-        let mut pages = std::mem::take(&mut self.pages);
-        pages.append(&mut self.released);
-        self.used = 0;
-        self.free = NIL;
-        self.lists.clear();
-        self.transit = Ends::EMPTY;
+        self.spare = None;
         self.len = 0;
-        pages
+        buffers
     }
 }
 
-/// Slot indices must leave `END` free for list tags.
-const MAX_SLOTS: u32 = END - 1;
+/// What a clone of a handle shares with its original: whether a cancel through any of them
+/// won. Kept by the shard, keyed by the entry, for as long as such handles live.
+#[derive(Debug)]
+struct CloneRecord {
+    handles: usize,
+    cancelled: bool,
+}
 
-/// One shard of the store: a slab behind its own lock, on its own cache lines.
+/// Everything of one shard that its mutex guards.
+pub(crate) struct ShardState {
+    slots: Slots,
+    /// This shard's part of every list of the wheel, by list id; grown on demand.
+    lists: Vec<ListPart>,
+    /// Blocks the lists let go of, for lists that grow.
+    blocks: Blocks,
+    /// The entries of a flush chunk, between taking them out and re-adding them (kept to
+    /// reuse its buffer).
+    flushed: Vec<Entry>,
+    /// The wheel's shape, to find the list of a listed entry (`None`: a timer without lists).
+    geometry: Option<Arc<Geometry>>,
+    clones: HashMap<EntryKey, CloneRecord>,
+}
+
+impl ShardState {
+    fn new() -> ShardState {
+        ShardState {
+            slots: Slots::new(),
+            lists: Vec::new(),
+            blocks: Blocks::default(),
+            flushed: Vec::new(),
+            geometry: None,
+            clones: HashMap::new(),
+        }
+    }
+
+    /// Returns the number of pending entries.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len
+    }
+
+    /// Stores a new, unlisted entry and returns its key; `None` if the shard is full.
+    pub(crate) fn insert(
+        &mut self,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> Option<EntryKey> {
+        self.slots.insert(task, expiration_ms)
+    }
+
+    /// True if the shard cannot take another entry.
+    pub(crate) fn is_full(&self) -> bool {
+        self.slots.len == SHARD_SLOTS
+    }
+
+    /// True if `key` names a pending entry.
+    pub(crate) fn is_live(&self, key: EntryKey) -> bool {
+        self.slots.is_live(key)
+    }
+
+    /// Returns this shard's part of list `id`.
+    pub(crate) fn list(&mut self, id: u32) -> &mut ListPart {
+        let at = id as usize;
+        if at >= self.lists.len() {
+            self.lists.resize_with(at + 1, ListPart::default);
+        }
+        &mut self.lists[at]
+    }
+
+    /// Appends the unlisted entry in slot `index` to list `id` of `level`.
+    pub(crate) fn link(&mut self, id: u32, level: usize, index: u32) {
+        debug_assert_eq!(self.slots.slot(index).loc, Loc::UNLISTED);
+        self.list(id);
+        let position = self.lists[id as usize].push(index, &mut self.blocks);
+        self.slots.slot_mut(index).loc = Loc::listed(level, position);
+    }
+
+    /// Detaches list `id`'s entries in this shard for a flush (see `ListPart::detach`).
+    pub(crate) fn detach(&mut self, id: u32) {
+        if let Some(part) = self.lists.get_mut(id as usize) {
+            part.detach();
+        }
+    }
+
+    /// Takes up to `max` entries of list `id`'s detached region out of the list and hands
+    /// each to `f`, with the shard, to be re-added or expired; returns how many.
+    ///
+    /// The entries' slots are read in a loop of their own, after the indices: each read is
+    /// likely a cache miss, and with nothing else in the loop the processor overlaps them.
+    pub(crate) fn flush_list(
+        &mut self,
+        id: u32,
+        max: usize,
+        mut f: impl FnMut(&mut ShardState, Entry),
+    ) -> usize {
+        let limit = self.slots.len;
+        let Some(part) = self.lists.get_mut(id as usize) else {
+            return 0;
+        };
+        let mut entries = std::mem::take(&mut self.flushed);
+        while entries.len() < max {
+            let Some(index) = part.pop_flushed(&mut self.blocks, limit) else {
+                break;
+            };
+            entries.push(Entry {
+                index,
+                expiration_ms: 0,
+            });
+        }
+        for entry in &mut entries {
+            let slot = self.slots.slot_mut(entry.index);
+            entry.expiration_ms = slot.expiration_ms;
+            slot.loc = Loc::UNLISTED;
+        }
+        let count = entries.len();
+        for entry in entries.drain(..) {
+            f(self, entry);
+        }
+        self.flushed = entries;
+        count
+    }
+
+    /// Takes the occupant named by `key` out of its list and its slot, if it is still
+    /// there, and returns its task.
+    pub(crate) fn take(&mut self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
+        self.slots.is_live(key).then(|| self.remove(key.index))
+    }
+
+    /// Takes the occupant of slot `index` out of its list and its slot and returns its task.
+    pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
+        let slot = self.slots.slot(index);
+        if let Some(level) = slot.loc.level() {
+            let loc = slot.loc;
+            let geometry = self
+                .geometry
+                .as_ref()
+                .expect("a listed entry has a geometry");
+            let id = geometry.list_for(level, slot.expiration_ms).id;
+            let limit = self.slots.len;
+            let removed = self.lists[id as usize].remove(loc.position(), &mut self.blocks, limit);
+            if let Some((moved, position)) = removed {
+                let moved = self.slots.slot_mut(moved);
+                moved.loc = moved.loc.moved_to(position);
+            }
+        }
+        self.slots.vacate(index)
+    }
+
+    /// Empties the shard and returns what it held, for the caller to drop (or hand back)
+    /// once it holds no lock.
+    pub(crate) fn clear(&mut self) -> Cleared {
+        self.lists = Vec::new();
+        self.blocks = Blocks::default();
+        Cleared(self.slots.clear())
+    }
+
+    /// Registers one more handle of `key`'s entry: the first clone of a handle creates the
+    /// record for both, with the original's `cancelled`; later clones count themselves in.
+    pub(crate) fn add_clone(&mut self, key: EntryKey, cancelled: bool) {
+        self.clones
+            .entry(key)
+            .and_modify(|record| record.handles += 1)
+            .or_insert(CloneRecord {
+                handles: 2,
+                cancelled,
+            });
+    }
+
+    /// Unregisters one handle of `key`'s entry.
+    pub(crate) fn drop_clone(&mut self, key: EntryKey) {
+        if let Some(record) = self.clones.get_mut(&key) {
+            record.handles -= 1;
+            if record.handles == 0 {
+                self.clones.remove(&key);
+            }
+        }
+    }
+
+    /// Records that a cancel through one of `key`'s handles won.
+    pub(crate) fn set_clone_cancelled(&mut self, key: EntryKey) {
+        if let Some(record) = self.clones.get_mut(&key) {
+            record.cancelled = true;
+        }
+    }
+
+    /// True if a cancel through one of `key`'s handles won.
+    pub(crate) fn clone_cancelled(&self, key: EntryKey) -> bool {
+        self.clones.get(&key).is_some_and(|record| record.cancelled)
+    }
+
+    /// Returns the memory given back since the last call, for freeing outside the lock.
+    fn take_released(&mut self) -> Released {
+        Released {
+            pages: std::mem::take(&mut self.slots.released),
+            blocks: self.blocks.take_released(),
+        }
+    }
+}
+
+/// One shard of a timer's entries: its state behind its own lock, on cache lines of its
+/// own. Pooled: see the module's ground rules.
 #[repr(align(128))]
 pub(crate) struct Shard {
-    slab: Mutex<Slab>,
-    /// Pending entries in this shard (written under `slab`'s lock, read without it).
+    state: Mutex<ShardState>,
+    /// Pending entries (written under `state`'s lock when a guard is dropped).
     len: AtomicUsize,
+    /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
+    /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
+    urgent: AtomicUsize,
 }
 
 impl Shard {
     fn new() -> Shard {
         Shard {
-            slab: Mutex::new(Slab::new()),
+            state: Mutex::new(ShardState::new()),
             len: AtomicUsize::new(0),
+            urgent: AtomicUsize::new(0),
         }
     }
 
     /// Locks the shard.
     pub(crate) fn lock(&self) -> ShardGuard<'_> {
         ShardGuard {
-            slab: Some(self.slab.lock()),
-            len: &self.len,
+            state: Some(self.state.lock()),
+            shard: self,
         }
     }
-}
 
-impl EntryOwner for Shard {
-    fn take_pending(&self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
-        self.lock().take(key)
+    /// Locks the shard ahead of adds and cancels: until this thread has the lock, each of
+    /// them hands it over fairly when it unlocks, instead of taking it straight back.
+    ///
+    /// parking_lot's mutex lets the thread that unlocks take the lock again at once, and
+    /// is fair only after a waiter has waited 0.5 ms. A thread adding in a loop would then
+    /// hold off the timer's driver for that long at every flush.
+    pub(crate) fn lock_urgent(&self) -> ShardGuard<'_> {
+        self.urgent.fetch_add(1, Ordering::SeqCst);
+        let guard = self.lock();
+        self.urgent.fetch_sub(1, Ordering::Relaxed);
+        guard
+    }
+
+    /// Returns the number of pending entries, as of the last unlock.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
     }
 }
 
-/// A locked shard. Publishes the shard's length when dropped.
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shard")
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Memory a shard gave back: page buffers and list blocks, to be freed outside its lock.
 ///
-/// Pages the shard gave back while locked are freed after the unlock, unless the holder
-/// took them with [`Slab::take_released`] to free even later.
+/// A flush keeps these until it has handed over every task that is due: with glibc,
+/// freeing a large block first coalesces every small block freed since the last time — every
+/// task the executor ran — which can take milliseconds for a million tasks.
+#[derive(Default)]
+#[must_use = "dropping this frees the memory: do it after releasing every lock"]
+pub(crate) struct Released {
+    pages: Vec<Vec<Slot>>,
+    blocks: Vec<crate::timer_task_list::Block>,
+}
+
+impl Released {
+    /// Adds `other`'s memory to this.
+    pub(crate) fn absorb(&mut self, mut other: Released) {
+        self.pages.append(&mut other.pages);
+        self.blocks.append(&mut other.blocks);
+    }
+}
+
+/// A locked shard. When dropped it publishes the shard's length, unlocks, and only then
+/// frees the memory the shard gave back while locked (unless the holder took it with
+/// [`ShardGuard::take_released`] to free later still).
 pub(crate) struct ShardGuard<'a> {
     /// `Some` until dropped.
-    slab: Option<MutexGuard<'a, Slab>>,
-    len: &'a AtomicUsize,
+    state: Option<MutexGuard<'a, ShardState>>,
+    shard: &'a Shard,
+}
+
+impl ShardGuard<'_> {
+    /// Publishes the shard's length now, rather than at the unlock: before tasks taken out
+    /// under this lock are handed over, so that `size()` never counts a task that may run.
+    pub(crate) fn publish_len(&self) {
+        self.shard.len.store(self.len(), Ordering::Relaxed);
+    }
+
+    /// Takes the memory the shard gave back, for the caller to free later (outside every
+    /// lock).
+    pub(crate) fn take_released(&mut self) -> Released {
+        std::ops::DerefMut::deref_mut(self).take_released()
+    }
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
-    type Target = Slab;
-    fn deref(&self) -> &Slab {
-        self.slab.as_deref().expect("ShardGuard used after drop")
+    type Target = ShardState;
+    fn deref(&self) -> &ShardState {
+        self.state.as_deref().expect("ShardGuard used after drop")
     }
 }
 
 impl std::ops::DerefMut for ShardGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Slab {
-        self.slab
+    fn deref_mut(&mut self) -> &mut ShardState {
+        self.state
             .as_deref_mut()
             .expect("ShardGuard used after drop")
     }
@@ -375,114 +697,115 @@ impl std::ops::DerefMut for ShardGuard<'_> {
 
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
-        let Some(mut slab) = self.slab.take() else {
+        let Some(mut state) = self.state.take() else {
             return;
         };
-        self.len.store(slab.len, Ordering::Relaxed);
-        let released = slab.take_released();
-        drop(slab);
+        self.shard.len.store(state.len(), Ordering::Relaxed);
+        let released = state.take_released();
+        if self.shard.urgent.load(Ordering::SeqCst) != 0 {
+            MutexGuard::unlock_fair(state);
+        } else {
+            drop(state);
+        }
         drop(released);
     }
 }
 
-/// Slab pages given back by an emptied shard; freeing them is the holder's job, outside
-/// every lock.
-#[derive(Default)]
-#[must_use = "dropping this frees the pages: do it after releasing every lock"]
-pub(crate) struct Released(Vec<Box<[Node]>>);
+/// Shards not in use by any timer.
+static POOL: Mutex<Vec<&'static Shard>> = Mutex::new(Vec::new());
 
-impl Released {
-    /// Adds `other`'s pages to these.
-    pub(crate) fn absorb(&mut self, mut other: Released) {
-        self.0.append(&mut other.0);
-    }
-}
-
-/// All shards of one timer.
+/// The shards of one timer, taken from the pool and given back when dropped.
 pub(crate) struct EntryStore {
-    shards: Box<[Arc<Shard>]>,
+    shards: Box<[&'static Shard]>,
 }
 
 impl EntryStore {
-    /// Creates a store with one shard per hardware thread, times four (a power of two, at
-    /// most 64), so that threads rarely share a shard.
-    pub(crate) fn new() -> EntryStore {
+    /// Returns the number of shards a `SystemTimer` gets: one per hardware thread, times
+    /// four (a power of two, at most 64), so that threads rarely share one.
+    pub(crate) fn default_shards() -> usize {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        EntryStore::with_shards((threads * 4).next_power_of_two().min(64))
+        (threads * 4).next_power_of_two().min(64)
     }
 
-    /// Creates a store with `count` shards (a power of two).
-    pub(crate) fn with_shards(count: usize) -> EntryStore {
-        assert!(count.is_power_of_two());
-        EntryStore {
-            shards: (0..count).map(|_| Arc::new(Shard::new())).collect(),
+    /// Takes `count` shards from the pool (making new ones if it runs out), set up for a
+    /// wheel of shape `geometry` (`None` for a timer without lists).
+    pub(crate) fn new(count: usize, geometry: Option<Arc<Geometry>>) -> EntryStore {
+        let mut pool = POOL.lock();
+        let shards: Box<[&'static Shard]> = (0..count)
+            .map(|_| {
+                pool.pop()
+                    .unwrap_or_else(|| Box::leak(Box::new(Shard::new())))
+            })
+            .collect();
+        drop(pool);
+        for shard in &shards {
+            shard.lock().geometry = geometry.clone();
         }
+        EntryStore { shards }
     }
 
-    /// Returns the shard a thread with hint `hint` ([`thread_hint`]) adds to.
-    pub(crate) fn shard_for(&self, hint: usize) -> &Arc<Shard> {
-        &self.shards[hint & (self.shards.len() - 1)]
-    }
-
-    /// Returns every shard.
-    pub(crate) fn shards(&self) -> &[Arc<Shard>] {
+    /// Returns every shard, in lock order.
+    pub(crate) fn shards(&self) -> &[&'static Shard] {
         &self.shards
     }
 
     /// Returns the number of pending entries in all shards.
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.len.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// Empties every shard and returns what it held. The caller drops it once it holds no
-    /// lock at all: dropping runs the tasks' `Drop`, which may call back into the timer.
-    pub(crate) fn clear(&self) -> Cleared {
-        Cleared(
-            self.shards
-                .iter()
-                .map(|shard| shard.lock().clear())
-                .collect(),
-        )
+        self.shards.iter().map(|shard| shard.len()).sum()
     }
 }
 
-/// The tasks of a cleared store, to be dropped outside every lock.
+impl Drop for EntryStore {
+    fn drop(&mut self) {
+        let mut cleared = Cleared::default();
+        for shard in &self.shards {
+            let mut state = shard.lock();
+            cleared.absorb(state.clear());
+            state.geometry = None;
+        }
+        // Whatever was still waiting is dropped here, with no lock held.
+        drop(cleared);
+        POOL.lock().extend(self.shards.iter().copied());
+    }
+}
+
+impl fmt::Debug for EntryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntryStore")
+            .field("shards", &self.shards.len())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// The tasks of cleared shards, to be dropped (or handed back) outside every lock.
+#[derive(Default)]
 #[must_use = "dropping this drops the tasks: do it after releasing every lock"]
-pub(crate) struct Cleared(Vec<Vec<Box<[Node]>>>);
+pub(crate) struct Cleared(Vec<Vec<Slot>>);
 
 impl Cleared {
-    /// Returns the number of tasks in the cleared pages.
+    /// Adds `other`'s tasks to these.
+    pub(crate) fn absorb(&mut self, mut other: Cleared) {
+        self.0.append(&mut other.0);
+    }
+
+    /// Returns the number of tasks.
     pub(crate) fn len(&self) -> usize {
         self.0
             .iter()
             .flatten()
-            .flat_map(|page| page.iter())
-            .filter(|node| node.task.is_some())
+            .filter(|slot| slot.task.is_some())
             .count()
     }
 
-    /// Takes the tasks out of the cleared pages.
+    /// Takes the tasks out.
     pub(crate) fn into_tasks(self) -> Vec<Box<dyn TimerTask>> {
         self.0
             .into_iter()
             .flatten()
-            .flat_map(|page| page.into_vec())
-            .filter_map(|node| node.task)
+            .filter_map(|slot| slot.task)
             .collect()
     }
-}
-
-/// A small number that differs between threads, fixed for each thread's life.
-pub(crate) fn thread_hint() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    HINT.with(|hint| *hint)
 }
 
 #[cfg(test)]
@@ -497,86 +820,129 @@ mod tests {
         fn run(self: Box<Self>) {}
     }
 
-    fn keys(slab: &mut Slab, list: u32) -> Vec<u32> {
-        let mut out = Vec::new();
-        slab.for_each_in(list, |key| out.push(key.index));
-        out
+    fn unlisted_state() -> ShardState {
+        ShardState::new()
     }
 
     #[test]
-    fn slots_are_40_bytes() {
-        assert_eq!(std::mem::size_of::<Node>(), 40);
-    }
-
-    #[test]
-    fn link_unlink_keep_both_ends_right() {
-        let mut slab = Slab::new();
-        let a = slab.insert(Box::new(Nop), 1).index;
-        let b = slab.insert(Box::new(Nop), 2).index;
-        let c = slab.insert(Box::new(Nop), 3).index;
-        for i in [a, b, c] {
-            slab.link(5, i);
-        }
-        assert_eq!(keys(&mut slab, 5), [a, b, c]);
-        slab.unlink(b);
-        assert_eq!(keys(&mut slab, 5), [a, c]);
-        slab.unlink(c);
-        assert_eq!(keys(&mut slab, 5), [a]);
-        slab.link(5, b);
-        assert_eq!(keys(&mut slab, 5), [a, b]);
-        slab.unlink(a);
-        slab.unlink(b);
-        assert!(keys(&mut slab, 5).is_empty());
-        slab.link(5, c);
-        assert_eq!(keys(&mut slab, 5), [c]);
-    }
-
-    #[test]
-    fn transit_takes_whole_lists_in_order() {
-        let mut slab = Slab::new();
-        let ids: Vec<u32> = (0..6)
-            .map(|i| slab.insert(Box::new(Nop), i).index)
-            .collect();
-        for &i in &ids[..3] {
-            slab.link(1, i);
-        }
-        for &i in &ids[3..] {
-            slab.link(2, i);
-        }
-        slab.move_to_transit(1);
-        slab.move_to_transit(2);
-        assert!(keys(&mut slab, 1).is_empty());
-        assert_eq!(keys(&mut slab, TRANSIT), ids);
-        // A transit entry can still be unlinked (cancelled) in the middle.
-        slab.unlink(ids[2]);
-        let popped: Vec<u32> = std::iter::from_fn(|| slab.pop_transit()).collect();
-        assert_eq!(popped, [ids[0], ids[1], ids[3], ids[4], ids[5]]);
+    fn slots_are_32_bytes_and_locations_pack_level_and_position() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+        let loc = Loc::listed(126, Loc::POSITION_MASK);
+        assert_eq!(loc.level(), Some(126));
+        assert_eq!(loc.position(), Loc::POSITION_MASK);
+        assert_eq!(loc.moved_to(7).level(), Some(126));
+        assert_eq!(loc.moved_to(7).position(), 7);
+        assert_eq!(Loc::listed(0, 0).level(), Some(0));
+        assert_eq!(Loc::UNLISTED.level(), None);
     }
 
     #[test]
     fn stale_keys_never_reach_a_new_occupant() {
-        let mut slab = Slab::new();
-        let old = slab.insert(Box::new(Nop), 1);
-        assert!(slab.take(old).is_some());
-        let new = slab.insert(Box::new(Nop), 1);
+        let mut state = unlisted_state();
+        let old = state.insert(Box::new(Nop), 1).unwrap();
+        assert!(state.take(old).is_some());
+        let new = state.insert(Box::new(Nop), 1).unwrap();
         assert_eq!(new.index, old.index, "the slot is reused");
-        assert!(slab.take(old).is_none());
-        assert_eq!(slab.len(), 1);
-        assert!(slab.take(new).is_some());
-        assert!(slab.take(new).is_none());
+        assert_ne!(new.generation, old.generation);
+        assert!(state.take(old).is_none());
+        assert_eq!(state.len(), 1);
+        assert!(state.take(new).is_some());
+        assert!(state.take(new).is_none());
     }
 
     #[test]
-    fn an_empty_shard_keeps_one_page() {
-        let mut slab = Slab::new();
+    fn an_emptied_page_is_given_back_and_its_number_never_repeats_a_generation() {
+        let mut state = unlisted_state();
+        let pages = |state: &ShardState| {
+            state
+                .slots
+                .pages
+                .iter()
+                .filter(|p| p.page.is_some())
+                .count()
+        };
         let keys: Vec<EntryKey> = (0..3 * PAGE_SLOTS)
-            .map(|i| slab.insert(Box::new(Nop), i as i64))
+            .map(|i| state.insert(Box::new(Nop), i as i64).unwrap())
             .collect();
-        assert_eq!(slab.pages.len(), 3);
-        for key in keys {
-            assert!(slab.take(key).is_some());
+        assert_eq!(pages(&state), 3);
+        for &key in &keys[..2 * PAGE_SLOTS] {
+            assert!(state.take(key).is_some());
         }
-        assert_eq!(slab.pages.len(), 1);
-        assert_eq!(slab.len(), 0);
+        assert_eq!(pages(&state), 1);
+        assert!(
+            state.slots.spare.is_some(),
+            "one buffer kept for the next page"
+        );
+        assert_eq!(state.take_released().pages.len(), 1, "the other one freed");
+        // The numbers come back with fresh pages; no old key reaches a new occupant.
+        let again: Vec<EntryKey> = (0..2 * PAGE_SLOTS)
+            .map(|i| state.insert(Box::new(Nop), i as i64).unwrap())
+            .collect();
+        for key in &keys[..2 * PAGE_SLOTS] {
+            assert!(!state.slots.is_live(*key));
+        }
+        for key in again.iter().chain(&keys[2 * PAGE_SLOTS..]) {
+            assert!(state.take(*key).is_some());
+        }
+        assert_eq!(state.len(), 0);
+    }
+
+    #[test]
+    fn a_slot_at_the_last_generation_is_retired() {
+        let mut state = unlisted_state();
+        let first = state.insert(Box::new(Nop), 0).unwrap();
+        let keep = state.insert(Box::new(Nop), 0).unwrap();
+        state.slots.slot_mut(first.index).generation = u32::MAX;
+        let last = EntryKey {
+            index: first.index,
+            generation: u32::MAX,
+        };
+        assert!(state.take(last).is_some());
+        let next = state.insert(Box::new(Nop), 0).unwrap();
+        assert_ne!(next.index, first.index, "the retired slot is not reused");
+        assert!(state.take(next).is_some());
+        assert!(state.take(keep).is_some());
+        // The emptied page leaves u32::MAX as its number's base: the number is retired too.
+        assert!(state.slots.unused.is_empty());
+        let fresh = state.insert(Box::new(Nop), 0).unwrap();
+        assert_ne!(fresh.index >> PAGE_SHIFT, first.index >> PAGE_SHIFT);
+    }
+
+    #[test]
+    fn a_full_shard_refuses_inserts() {
+        let mut state = unlisted_state();
+        state.slots.len = SHARD_SLOTS;
+        assert!(state.insert(Box::new(Nop), 0).is_none());
+    }
+
+    #[test]
+    fn clear_hands_back_every_task_and_keeps_generations() {
+        let mut state = unlisted_state();
+        let keys: Vec<EntryKey> = (0..10)
+            .map(|i| state.insert(Box::new(Nop), i).unwrap())
+            .collect();
+        let cleared = state.clear();
+        assert_eq!(cleared.len(), 10);
+        assert_eq!(cleared.into_tasks().len(), 10);
+        assert_eq!(state.len(), 0);
+        let new = state.insert(Box::new(Nop), 0).unwrap();
+        assert!(keys.iter().all(|key| *key != new));
+        assert!(keys.iter().all(|key| state.take(*key).is_none()));
+    }
+
+    #[test]
+    fn clone_records_live_as_long_as_their_handles() {
+        let mut state = unlisted_state();
+        let key = state.insert(Box::new(Nop), 0).unwrap();
+        state.add_clone(key, false);
+        state.add_clone(key, false);
+        state.set_clone_cancelled(key);
+        assert!(state.clone_cancelled(key));
+        state.drop_clone(key);
+        state.drop_clone(key);
+        assert!(state.clone_cancelled(key), "one handle left");
+        state.drop_clone(key);
+        assert!(!state.clone_cancelled(key));
+        assert!(state.clones.is_empty());
     }
 }

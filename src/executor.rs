@@ -31,7 +31,16 @@ struct Tracker {
     in_flight: AtomicUsize,
     lock: Mutex<()>,
     idle: Condvar,
+    /// Emptied batch buffers, handed back by the executor thread for the next batches.
+    buffers: Mutex<Vec<Vec<Box<dyn TimerTask>>>>,
 }
+
+/// Tasks per batch buffer: a flush hands over at most one chunk's expired tasks per job.
+const BATCH: usize = 512;
+
+/// Emptied batch buffers kept for reuse (8 KiB each): the executor can fall this many jobs
+/// behind the driver before a flush allocates one.
+const KEPT_BUFFERS: usize = 8;
 
 thread_local! {
     /// The tracker of the executor whose job this thread is running (0: none).
@@ -50,18 +59,31 @@ impl Executor {
                 in_flight: AtomicUsize::new(0),
                 lock: Mutex::new(()),
                 idle: Condvar::new(),
+                buffers: Mutex::new(Vec::new()),
             }),
         }
     }
 
-    /// Hands one task to the executor thread.
-    pub(crate) fn submit(&self, task: Box<dyn TimerTask>) {
-        self.submit_batch(vec![task]);
+    /// Returns an empty buffer for a batch of up to 512 tasks: one the executor thread
+    /// handed back, or a new one.
+    ///
+    /// The timer's driver fills these while it flushes. Reusing them keeps large
+    /// allocations off its path: with glibc, each one first coalesces every small block
+    /// freed since the last one (the executor frees every task it runs), which would make
+    /// the driver pay for the tasks' frees in the middle of a flush.
+    pub(crate) fn batch(&self) -> Vec<Box<dyn TimerTask>> {
+        self.tracker
+            .buffers
+            .lock()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH))
     }
 
-    /// Hands `tasks` to the executor thread, to run in order.
-    pub(crate) fn submit_batch(&self, tasks: Vec<Box<dyn TimerTask>>) {
+    /// Hands `tasks` to the executor thread, to run in order. A buffer from
+    /// [`batch`](Executor::batch) goes back to be reused once its tasks have run.
+    pub(crate) fn submit_batch(&self, mut tasks: Vec<Box<dyn TimerTask>>) {
         if tasks.is_empty() {
+            self.tracker.recycle(tasks);
             return;
         }
         let count = tasks.len();
@@ -70,10 +92,11 @@ impl Executor {
         self.pool.execute(move || {
             let id = Arc::as_ptr(&tracker) as usize;
             RUNNING_FOR.with(|running| running.set(id));
-            for task in tasks {
+            for task in tasks.drain(..) {
                 run_task(task);
             }
             RUNNING_FOR.with(|running| running.set(0));
+            tracker.recycle(tasks);
             tracker.finished(count);
         });
     }
@@ -105,6 +128,17 @@ impl Executor {
 }
 
 impl Tracker {
+    /// Keeps an emptied batch buffer for reuse, if it is one and there is room.
+    fn recycle(&self, buffer: Vec<Box<dyn TimerTask>>) {
+        debug_assert!(buffer.is_empty());
+        if buffer.capacity() == BATCH {
+            let mut buffers = self.buffers.lock();
+            if buffers.len() < KEPT_BUFFERS {
+                buffers.push(buffer);
+            }
+        }
+    }
+
     fn finished(&self, count: usize) {
         if self.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
             let _guard = self.lock.lock();

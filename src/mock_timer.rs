@@ -2,23 +2,27 @@
 //!
 //! # Ground rules
 //!
-//! - A [`MockTimer`]'s pending tasks sit in one [`Mutex`]-guarded map, ordered by
-//!   expiration, then by insertion. Tasks run on the caller's thread with that lock
-//!   released, so a task may add to, cancel on, or advance its own timer.
-//! - As in [`SystemTimer`](crate::SystemTimer), a task is taken out of the map under the
-//!   lock exactly once, by whoever runs or cancels it.
-//! - `closed` is set under that lock, and `add` checks it again under the lock before
-//!   inserting, so no task can slip into the map after `close` emptied it.
+//! - A [`MockTimer`]'s tasks sit in the slots of one shard of an entry store, as a
+//!   `SystemTimer`'s do, so their handles are the same. The order in which they run is a
+//!   [`Mutex`]-guarded map from (expiration, insertion number) to the entry. Lock order: the
+//!   map, then the shard. Tasks run on the caller's thread with both locks released, so a
+//!   task may add to, cancel on, or advance its own timer.
+//! - As in [`SystemTimer`](crate::SystemTimer), a task is taken out of its slot under the
+//!   shard's lock exactly once, by whoever runs, cancels or stops it. A cancel leaves the
+//!   map's entry behind; `advance_clock` skips it, and the map is pruned of such entries
+//!   once they outnumber the live ones, so memory follows the live set.
+//! - `closed` is set under the map's lock, and `add` checks it again under that lock before
+//!   inserting, so no task can slip in after `close` emptied the timer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::entry_store::{EntryKey, EntryStore, SHARD_SLOTS, Shard};
 use crate::time::NANOS_PER_MS;
-use crate::timer_task_entry::{EntryKey, EntryOwner};
 use crate::{Time, Timer, TimerTask, TimerTaskEntry};
 
 /// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
@@ -167,20 +171,18 @@ impl fmt::Debug for MockTime {
 /// caught: it reaches the test that called `add` or `advance_clock`.
 pub struct MockTimer {
     time: MockTime,
-    state: Arc<MockState>,
-}
-
-struct MockState {
-    pending: Mutex<Pending>,
+    /// The order in which tasks run. Taken before the shard's lock.
+    order: Mutex<Order>,
+    /// The tasks: one shard.
+    store: EntryStore,
+    /// Set once, under `order`'s lock.
     closed: AtomicBool,
 }
 
+/// Entries by (expiration, insertion number); cancelled ones linger until pruned.
 #[derive(Default)]
-struct Pending {
-    /// Tasks by (expiration, insertion number).
-    by_expiration: BTreeMap<(i64, u64), Box<dyn TimerTask>>,
-    /// Expiration by insertion number, for cancellation.
-    expiration_of: HashMap<u64, i64>,
+struct Order {
+    by_expiration: BTreeMap<(i64, u64), EntryKey>,
     next_seq: u64,
 }
 
@@ -205,13 +207,9 @@ impl MockTimer {
     pub fn with_time(time: MockTime) -> MockTimer {
         MockTimer {
             time,
-            state: Arc::new(MockState {
-                pending: Mutex::new(Pending {
-                    next_seq: 1,
-                    ..Pending::default()
-                }),
-                closed: AtomicBool::new(false),
-            }),
+            order: Mutex::new(Order::default()),
+            store: EntryStore::new(1, None),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -220,16 +218,24 @@ impl MockTimer {
         &self.time
     }
 
+    fn shard(&self) -> &'static Shard {
+        self.store.shards()[0]
+    }
+
     /// Takes the first pending task due at `now_ms`, if any.
     fn take_due(&self, now_ms: i64) -> Option<Box<dyn TimerTask>> {
-        let mut pending = self.state.pending.lock();
-        let entry = pending.by_expiration.first_entry()?;
-        if entry.key().0 > now_ms {
-            return None;
+        let mut order = self.order.lock();
+        loop {
+            let entry = order.by_expiration.first_entry()?;
+            if entry.key().0 > now_ms {
+                return None;
+            }
+            let key = entry.remove();
+            // `None`: cancelled since; its map entry was all that was left.
+            if let Some(task) = self.shard().lock().take(key) {
+                return Some(task);
+            }
         }
-        let ((_, seq), task) = entry.remove_entry();
-        pending.expiration_of.remove(&seq);
-        Some(task)
     }
 }
 
@@ -239,21 +245,11 @@ impl Default for MockTimer {
     }
 }
 
-impl EntryOwner for MockState {
-    fn take_pending(&self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
-        let mut pending = self.pending.lock();
-        let expiration_ms = pending.expiration_of.remove(&key.generation)?;
-        pending
-            .by_expiration
-            .remove(&(expiration_ms, key.generation))
-    }
-}
-
 impl Timer for MockTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) {
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
         }
@@ -261,32 +257,33 @@ impl Timer for MockTimer {
             task.run();
             return TimerTaskEntry::expired(expiration_ms);
         }
-        let mut pending = self.state.pending.lock();
-        // Checked again under the lock that `close` empties the map under: a task is either
-        // in the map before `close` takes it, or refused.
-        if self.state.closed.load(Ordering::Acquire) {
-            drop(pending);
+        let mut order = self.order.lock();
+        // Checked again under the lock that `close` empties the timer under: a task is
+        // either in the timer before `close` takes it, or refused.
+        if self.closed.load(Ordering::Acquire) {
+            drop(order);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
         }
-        let seq = pending.next_seq;
-        pending.next_seq += 1;
-        pending.by_expiration.insert((expiration_ms, seq), task);
-        pending.expiration_of.insert(seq, expiration_ms);
-        drop(pending);
-        let owner: Arc<dyn EntryOwner> = Arc::<MockState>::clone(&self.state);
-        TimerTaskEntry::pending(
-            owner,
-            EntryKey {
-                index: 0,
-                generation: seq,
-            },
-            expiration_ms,
-        )
+        let mut shard = self.shard().lock();
+        let Some(key) = shard.insert(task, expiration_ms) else {
+            panic!("MockTimer: more than {SHARD_SLOTS} pending tasks");
+        };
+        let live = shard.len();
+        // Cancelled entries outnumber live ones: drop them, in O(live) per O(live) cancels.
+        if order.by_expiration.len() > 2 * live + 64 {
+            order.by_expiration.retain(|_, key| shard.is_live(*key));
+        }
+        drop(shard);
+        let seq = order.next_seq;
+        order.next_seq += 1;
+        order.by_expiration.insert((expiration_ms, seq), key);
+        drop(order);
+        TimerTaskEntry::pending(self.shard(), key, expiration_ms)
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
-        if self.state.closed.load(Ordering::Acquire) {
+        if self.closed.load(Ordering::Acquire) {
             return false;
         }
         self.time.sleep(timeout_ms.max(0));
@@ -300,7 +297,7 @@ impl Timer for MockTimer {
     }
 
     fn size(&self) -> usize {
-        self.state.pending.lock().by_expiration.len()
+        self.store.len()
     }
 
     fn close(&self) {
@@ -309,13 +306,14 @@ impl Timer for MockTimer {
     }
 
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        let mut pending = self.state.pending.lock();
-        if self.state.closed.swap(true, Ordering::AcqRel) {
+        let mut order = self.order.lock();
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Vec::new();
         }
-        let taken = std::mem::take(&mut *pending);
-        drop(pending);
-        taken.by_expiration.into_values().collect()
+        order.by_expiration.clear();
+        let cleared = self.shard().lock().clear();
+        drop(order);
+        cleared.into_tasks()
     }
 }
 
@@ -323,7 +321,7 @@ impl fmt::Debug for MockTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MockTimer")
             .field("time", &self.time)
-            .field("closed", &self.state.closed.load(Ordering::Relaxed))
+            .field("closed", &self.closed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }

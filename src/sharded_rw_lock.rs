@@ -1,123 +1,180 @@
-//! A reader-writer lock whose read side scales: one `parking_lot::RwLock` per stripe.
+//! Kafka's reader-writer lock around the timing wheel, with its read side striped over the
+//! shards of the entry store.
 //!
-//! Kafka guards its timing wheel with one `ReentrantReadWriteLock`: `add` reads, the flush
-//! writes. With a single lock word every adding thread writes the same cache line to
-//! take and release the read lock, so two adding threads run slower than one. Here a reader
-//! takes only the read lock of its own stripe (chosen by the thread, like the entry store's
-//! shard), and a writer takes the write locks of every stripe, in stripe order. Readers on
-//! different threads then share no lock word, and a writer still excludes them all.
+//! Kafka guards its wheel with one `ReentrantReadWriteLock`: `add` reads, the flush writes.
+//! With a single lock word every adding thread writes the same cache line twice per add,
+//! and each add then also locks the bucket it links into. Here the stripes of the read side
+//! *are* the entry store's shard mutexes: a reader takes the mutex of its thread's shard —
+//! shared with no thread of another stripe, exclusive among threads of the same one, which
+//! write that shard's entries anyway — and a writer takes every shard's mutex in index
+//! order. So `add` takes one lock, which both holds the wheel's clocks still and guards
+//! the shard it writes, and a writer still excludes every reader.
 //!
 //! # Ground rules
 //!
-//! - The guarded value is reachable only through a guard: [`ShardedRwLock::read`] or
-//!   [`ShardedRwLock::write`]. Both hand out `&T`, never `&mut T`: without `unsafe`, one
-//!   `&mut` cannot be made out of many stripe guards. A value that changes under the write
-//!   lock keeps that state in atomics, and its writing methods take a [`WriteProof`], so
-//!   the types still say "the caller holds the write lock".
-//! - Lock order: stripes in index order, only by `write`. A reader holds one stripe.
+//! See `system_timer` for the lock order of the whole timer. Here:
+//!
+//! - The guarded value (the wheel) is reachable only through a guard. Both guards hand out
+//!   `&T`, never `&mut T`: without `unsafe`, one `&mut` cannot be made out of many stripe
+//!   guards. A value that changes under the write lock keeps that state in atomics, and its
+//!   writing methods take the [`WriteGuard`] as proof that the caller holds it.
+//! - A reader holds one stripe; a writer takes all of them, in index order. Nothing takes
+//!   two stripes otherwise.
 
 use std::fmt;
-use std::ops::Deref;
+use std::sync::Arc;
 
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::entry_store::{EntryStore, Released, Shard, ShardGuard, ShardState};
+use crate::timing_wheel::Geometry;
 
-/// One stripe's lock, on cache lines of its own.
-#[repr(align(128))]
-struct Stripe(RwLock<()>);
-
-/// A reader-writer lock around a `T`, with one read lock per stripe.
+/// A reader-writer lock around a `T` whose stripes are the shards of an entry store.
 pub(crate) struct ShardedRwLock<T> {
-    stripes: Box<[Stripe]>,
     value: T,
+    store: EntryStore,
 }
 
-/// Shared access: the read lock of the calling thread's stripe.
+/// Shared access to the value, and exclusive access to one stripe's shard.
 pub(crate) struct ReadGuard<'a, T> {
-    _stripe: RwLockReadGuard<'a, ()>,
     value: &'a T,
+    shard: &'static Shard,
+    guard: ShardGuard<'static>,
 }
 
-/// Exclusive access: the write locks of every stripe.
+/// Exclusive access: every stripe.
 pub(crate) struct WriteGuard<'a, T> {
-    _stripes: Vec<RwLockWriteGuard<'a, ()>>,
     value: &'a T,
+    shards: Vec<ShardGuard<'static>>,
 }
-
-/// Evidence, for a method of the guarded value, that its caller holds the write lock.
-#[derive(Debug)]
-pub(crate) struct WriteProof<'a>(std::marker::PhantomData<&'a ()>);
 
 impl<T> ShardedRwLock<T> {
-    /// Creates the lock with `stripes` stripes (a power of two).
-    pub(crate) fn new(value: T, stripes: usize) -> Self {
+    /// Creates the lock with `stripes` stripes (a power of two), whose shards are set up
+    /// for a wheel of shape `geometry`.
+    pub(crate) fn new(value: T, stripes: usize, geometry: Option<Arc<Geometry>>) -> Self {
         assert!(stripes.is_power_of_two());
         ShardedRwLock {
-            stripes: (0..stripes).map(|_| Stripe(RwLock::new(()))).collect(),
             value,
+            store: EntryStore::new(stripes, geometry),
         }
     }
 
     /// Takes the read lock of the calling thread's stripe.
     #[cfg(test)]
     pub(crate) fn read(&self) -> ReadGuard<'_, T> {
-        self.read_stripe(crate::entry_store::thread_hint())
+        self.read_stripe(thread_hint())
     }
 
-    /// Takes the read lock of stripe `hint` (modulo the stripe count): a caller that
-    /// already has its [`thread_hint`](crate::entry_store::thread_hint) saves looking it
-    /// up again.
-    pub(crate) fn read_stripe(&self, hint: usize) -> ReadGuard<'_, T> {
-        let stripe = &self.stripes[hint & (self.stripes.len() - 1)];
+    /// Takes the read lock of stripe `stripe` (modulo the number of stripes).
+    pub(crate) fn read_stripe(&self, stripe: usize) -> ReadGuard<'_, T> {
+        self.read_with(stripe, Shard::lock)
+    }
+
+    /// Takes the read lock of stripe `stripe` ahead of the threads that add and cancel
+    /// there (see `Shard::lock_urgent`): for the timer's own work, a flush.
+    pub(crate) fn read_stripe_urgent(&self, stripe: usize) -> ReadGuard<'_, T> {
+        self.read_with(stripe, Shard::lock_urgent)
+    }
+
+    fn read_with(
+        &self,
+        stripe: usize,
+        lock: fn(&'static Shard) -> ShardGuard<'static>,
+    ) -> ReadGuard<'_, T> {
+        let shards = self.store.shards();
+        let shard = shards[stripe & (shards.len() - 1)];
         ReadGuard {
-            _stripe: stripe.0.read(),
             value: &self.value,
+            shard,
+            guard: lock(shard),
         }
     }
 
-    /// Takes the write lock of every stripe, in stripe order.
+    /// Takes the write lock: every stripe, in index order, ahead of adds and cancels.
     pub(crate) fn write(&self) -> WriteGuard<'_, T> {
         WriteGuard {
-            _stripes: self.stripes.iter().map(|stripe| stripe.0.write()).collect(),
             value: &self.value,
+            shards: self
+                .store
+                .shards()
+                .iter()
+                .map(|shard| shard.lock_urgent())
+                .collect(),
         }
     }
-}
 
-impl<T> Deref for ReadGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.value
+    /// Returns the number of stripes.
+    pub(crate) fn stripes(&self) -> usize {
+        self.store.shards().len()
     }
-}
 
-impl<T> Deref for WriteGuard<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.value
+    /// Returns the number of entries in all shards, without locking.
+    pub(crate) fn len(&self) -> usize {
+        self.store.len()
     }
-}
 
-impl WriteProof<'static> {
-    /// A proof for unit tests that own the guarded value outright.
+    /// Returns the value without a lock, for tests that own it outright.
     #[cfg(test)]
-    pub(crate) fn for_tests() -> Self {
-        WriteProof(std::marker::PhantomData)
+    pub(crate) fn value_for_tests(&self) -> &T {
+        &self.value
     }
 }
 
-impl<T> WriteGuard<'_, T> {
-    /// Returns the evidence that this guard holds the write lock.
-    pub(crate) fn proof(&self) -> WriteProof<'_> {
-        WriteProof(std::marker::PhantomData)
+impl<'a, T> ReadGuard<'a, T> {
+    /// Returns the guarded value and the stripe's shard, together.
+    pub(crate) fn parts(&mut self) -> (&'a T, &mut ShardState) {
+        (self.value, &mut self.guard)
+    }
+
+    /// Publishes the shard's length now (see `ShardGuard::publish_len`).
+    pub(crate) fn publish_len(&self) {
+        self.guard.publish_len();
+    }
+
+    /// Takes the memory the shard gave back while locked, to free later.
+    pub(crate) fn take_released(&mut self) -> Released {
+        self.guard.take_released()
+    }
+
+    /// Returns the stripe's shard, for a handle to find its entry again.
+    pub(crate) fn shard(&self) -> &'static Shard {
+        self.shard
+    }
+
+    /// Gives up the value, keeping the shard locked.
+    #[cfg(test)]
+    pub(crate) fn into_shard(self) -> ShardGuard<'static> {
+        self.guard
+    }
+}
+
+impl<'a, T> WriteGuard<'a, T> {
+    /// Returns the guarded value.
+    pub(crate) fn value(&self) -> &'a T {
+        self.value
+    }
+
+    /// Returns every stripe's shard.
+    pub(crate) fn shards_mut(&mut self) -> &mut [ShardGuard<'static>] {
+        &mut self.shards
     }
 }
 
 impl<T: fmt::Debug> fmt::Debug for ShardedRwLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ShardedRwLock")
-            .field("stripes", &self.stripes.len())
+            .field("stripes", &self.stripes())
             .finish_non_exhaustive()
     }
+}
+
+/// A small number that differs between threads, fixed for each thread's life: the stripe
+/// (and so the shard) a thread reads and adds to.
+pub(crate) fn thread_hint() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HINT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    HINT.with(|hint| *hint)
 }
 
 #[cfg(test)]
@@ -129,35 +186,36 @@ mod tests {
 
     #[test]
     fn a_writer_excludes_readers_on_every_stripe() {
-        let lock = ShardedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4);
+        let lock = ShardedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4, None);
         thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..2_000 {
-                        let guard = lock.read();
-                        assert!(!guard.1.load(Ordering::SeqCst), "a reader saw a writer");
-                        guard.0.fetch_add(1, Ordering::SeqCst);
+                        let mut guard = lock.read();
+                        let (value, _) = guard.parts();
+                        assert!(!value.1.load(Ordering::SeqCst), "a reader saw a writer");
+                        value.0.fetch_add(1, Ordering::SeqCst);
                     }
                 });
             }
             s.spawn(|| {
                 for _ in 0..200 {
                     let guard = lock.write();
-                    guard.1.store(true, Ordering::SeqCst);
+                    guard.value().1.store(true, Ordering::SeqCst);
                     thread::sleep(Duration::from_micros(20));
-                    guard.1.store(false, Ordering::SeqCst);
+                    guard.value().1.store(false, Ordering::SeqCst);
                 }
             });
         });
-        assert_eq!(lock.read().0.load(Ordering::SeqCst), 8_000);
+        assert_eq!(lock.value_for_tests().0.load(Ordering::SeqCst), 8_000);
     }
 
     #[test]
-    fn readers_on_different_threads_do_not_wait_for_each_other() {
-        let lock = ShardedRwLock::new((), 8);
-        let held = lock.read();
+    fn readers_of_different_stripes_do_not_wait_for_each_other() {
+        let lock = ShardedRwLock::new((), 8, None);
+        let held = lock.read_stripe(0);
         thread::scope(|s| {
-            s.spawn(|| drop(lock.read()));
+            s.spawn(|| drop(lock.read_stripe(1)));
         });
         drop(held);
         drop(lock.write());

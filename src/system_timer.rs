@@ -1,41 +1,65 @@
-//! Kafka's `SystemTimer`: a hierarchical timing wheel, a delay queue of buckets and an
+//! Kafka's `SystemTimer`: a hierarchical timing wheel, a delay queue of lists and an
 //! executor.
 //!
 //! # Ground rules
 //!
-//! - `timing_wheel` is Kafka's reader-writer lock around the wheel, with its read side
-//!   striped ([`ShardedRwLock`]): [`Timer::add`] holds the read lock of its thread's stripe
-//!   (so adds on different threads share no lock word), [`Timer::advance_clock`] and
-//!   [`Timer::close`] hold the write lock, every stripe, for their whole run. A flush
-//!   therefore never sees a concurrent add, as in Kafka. Lock order: the wheel lock, then
-//!   one shard of the entry store, then the delay queue's mutex. No user code runs, and no
-//!   task is dropped, under any of them.
-//! - `closed` only goes from false to true, under the write lock; `add` and
-//!   `advance_clock` read it under the lock, so none of them acts on a closed timer.
-//! - An entry's life: `add` stores it in a shard and links it into a bucket (or, already
-//!   expired, hands its task straight to the executor). The bucket is offered to the delay
-//!   queue when its expiration changes. `advance_clock` takes due buckets from the queue,
-//!   advances the wheels to each one's expiration and re-adds its entries: into a finer
-//!   bucket, or out of the store and to the executor. `cancel` takes the entry out of the
-//!   store at any point before that. Whoever takes the task out of the store, under the
-//!   shard's lock, owns it, so it is run or cancelled exactly once.
+//! This is the one place that states the timer's lock order; the other modules link here.
+//!
+//! - Locks, in the order they may be taken:
+//!   1. the wheel's reader-writer lock (`timing_wheel`, a [`ShardedRwLock`]): a *read* lock
+//!      is one stripe, which is one shard of the entry store, and is taken by `add`, by a
+//!      handle's `cancel` (the shard of its entry) and by each chunk of a flush (the shard it
+//!      re-adds in); the *write* lock is every stripe in index order, taken by
+//!      `advance_clock` to move the wheel's clocks and detach the due lists, and by
+//!      `close`/`stop`;
+//!   2. the delay queue's mutex (offers happen under a read lock; polls under none);
+//!   3. the executor's job channel (a task is handed over under the lock that took it out
+//!      of the store, so that `close` waits for it too).
+//!
+//!   `unfinished` is taken alone. No user code runs and no task is dropped under any lock:
+//!   `delay_ms` is called before locking, tasks run on the executor thread, and tasks that
+//!   are cancelled or closed away are dropped after the locks are released.
+//! - `closed` only goes from false to true, under the write lock; `add`, `advance_clock`
+//!   and each flush chunk read it under a lock, so none of them acts on a closed timer.
+//! - An entry's life: `add` stores it in a slot of its thread's shard and appends it to a
+//!   list (or, already expired, hands its task to the executor). The list is offered to the
+//!   delay queue when its expiration changes. `advance_clock` polls due lists, moves the
+//!   wheel's clocks and detaches each due list in every shard (write lock), then re-adds the
+//!   detached entries a chunk at a time (read lock of the shard): into a finer list, or out
+//!   of the store and to the executor. `cancel` takes the entry out of the store at any
+//!   point before that. Whoever takes the task out of the store, under the shard's lock,
+//!   owns it, so it is run or cancelled exactly once.
+//! - Flushes run most urgent first: by the time the earliest entry of each detached list
+//!   may be due. A flush whose entries are still far from due may be left unfinished in
+//!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] entries; the next call goes on
+//!   with it before it waits for anything. Lowest-level lists, whose entries are due, and
+//!   flushes past half of their lead, always finish within the call.
 
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::delay_queue::DelayQueue;
-use crate::entry_store::{EntryStore, Released, Slab, thread_hint};
+use parking_lot::Mutex;
+
+use crate::delay_queue::{DelayQueue, Due};
+use crate::entry_store::{Cleared, Entry, EntryStore, Released, ShardState};
 use crate::executor::Executor;
-use crate::sharded_rw_lock::ShardedRwLock;
+use crate::sharded_rw_lock::{ShardedRwLock, thread_hint};
 use crate::time::hi_res_clock_ms_ceil;
-use crate::timer_task_entry::EntryOwner;
-use crate::timing_wheel::{BucketQueue, TimingWheel};
+use crate::timer_task_list::TimerTaskList;
+use crate::timing_wheel::{Geometry, TimingWheel};
 use crate::{SystemClock, Time, Timer, TimerTask, TimerTaskEntry};
 
-/// Expired tasks handed to the executor per job during a flush.
-const EXECUTOR_BATCH: usize = 1024;
+/// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
+/// waits for at most one chunk. (At most one executor batch expires per chunk.)
+const FLUSH_CHUNK: usize = 512;
+
+/// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
+/// it returns, leaving the rest to the next call.
+const FLUSH_BUDGET: usize = 8 * 1024;
 
 /// How long `close` waits for tasks already handed to the executor (Kafka waits twice 5 s).
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
@@ -84,12 +108,13 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 pub struct SystemTimer {
     executor_name: String,
     time: Arc<dyn Time>,
-    /// The entries. Its shards have their own locks (see the `entry_store` module).
-    store: EntryStore,
-    /// Due buckets. Has its own lock.
-    delay_queue: Arc<BucketQueue>,
-    /// Read for `add`, write for `advance_clock` and `close`.
+    /// Lists by due time. Has its own lock.
+    delay_queue: Arc<DelayQueue<Arc<TimerTaskList>>>,
+    /// The wheel, behind Kafka's reader-writer lock, whose stripes are the shards of the
+    /// entries (see the ground rules).
     timing_wheel: ShardedRwLock<TimingWheel>,
+    /// Flushes an earlier `advance_clock` call left for the next one.
+    unfinished: Mutex<Vec<Flush>>,
     executor: Executor,
     /// Set once, under the write lock of `timing_wheel`.
     closed: AtomicBool,
@@ -182,16 +207,128 @@ impl SystemTimer {
     }
 }
 
-/// Kafka's `addTimerTaskEntry`: puts the entry in slot `index` into the wheel, or, if the
-/// wheel says it is expired, takes its task out of the store and into `expired`.
+/// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
+/// says it is expired, takes its task out of the store and into `expired`.
 fn add_timer_task_entry(
     wheel: &TimingWheel,
-    slab: &mut Slab,
-    index: u32,
+    shard: &mut ShardState,
+    entry: Entry,
     expired: &mut Vec<Box<dyn TimerTask>>,
 ) {
-    if !wheel.add(slab, index) {
-        expired.push(slab.remove(index));
+    if !wheel.add(shard, entry) {
+        expired.push(shard.remove(entry.index));
+    }
+}
+
+/// A list being flushed: detached in every shard, its entries re-added a chunk at a time.
+struct Flush {
+    list: Arc<TimerTaskList>,
+    /// When the list's earliest entry may be due: flushes run in this order.
+    deadline_ms: i64,
+    /// From then on the flush finishes within the call that works on it.
+    urgent_ms: i64,
+    /// The next stripe to take entries from.
+    stripe: usize,
+}
+
+impl Flush {
+    fn new(list: Arc<TimerTaskList>, due_ms: i64) -> Flush {
+        let slack_ms = list.slack_ms();
+        Flush {
+            deadline_ms: due_ms.saturating_add(slack_ms),
+            urgent_ms: due_ms.saturating_add(slack_ms / 2),
+            stripe: 0,
+            list,
+        }
+    }
+}
+
+impl PartialEq for Flush {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Flush {}
+impl PartialOrd for Flush {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Flush {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.deadline_ms, self.list.id()).cmp(&(other.deadline_ms, other.list.id()))
+    }
+}
+
+impl SystemTimer {
+    /// Takes every due list out of `due` and the delay queue, moves the wheel's clocks to the
+    /// latest clock reading among them, and detaches each list in every shard (write lock).
+    /// Returns false if the timer is closed.
+    fn begin_flushes(
+        &self,
+        due: &mut Vec<Due<Arc<TimerTaskList>>>,
+        flushes: &mut BinaryHeap<Reverse<Flush>>,
+    ) -> bool {
+        while let Some(next) = self.delay_queue.poll() {
+            due.push(next);
+        }
+        let mut write = self.timing_wheel.write();
+        if self.is_closed() {
+            return false;
+        }
+        if let Some(now_ms) = due.iter().map(|d| d.now_ms).max() {
+            // The clock's reading, not the list's expiration (Kafka): one flush then
+            // expires everything due, and the wheels never run ahead of the clock.
+            write.value().advance_clock(now_ms, &write);
+        }
+        for Due {
+            value: list,
+            due_ms,
+            ..
+        } in due.drain(..)
+        {
+            // Queued again for another time since, or already flushed: stale.
+            if list.expiration_ms() != due_ms {
+                continue;
+            }
+            list.reset_expiration();
+            for shard in write.shards_mut() {
+                shard.detach(list.id());
+            }
+            flushes.push(Reverse(Flush::new(list, due_ms)));
+        }
+        true
+    }
+
+    /// Re-adds up to [`FLUSH_CHUNK`] entries of `flush`, one stripe at a time, handing the
+    /// expired ones to the executor and the memory the shards give back to `released`.
+    /// Returns how many it re-added and whether the flush is done, or `None` if the timer
+    /// is closed.
+    fn flush_chunk(&self, flush: &mut Flush, released: &mut Released) -> Option<(usize, bool)> {
+        let mut count = 0;
+        while flush.stripe < self.timing_wheel.stripes() {
+            let mut read = self.timing_wheel.read_stripe_urgent(flush.stripe);
+            if self.is_closed() {
+                return None;
+            }
+            let (wheel, shard) = read.parts();
+            let mut expired = self.executor.batch();
+            count += flush
+                .list
+                .flush(shard, FLUSH_CHUNK - count, |shard, entry| {
+                    add_timer_task_entry(wheel, shard, entry, &mut expired);
+                });
+            // Handed over under the lock that took them out of the store, so that a `close`
+            // waits for these tasks too; and once `size()` no longer counts them.
+            read.publish_len();
+            self.executor.submit_batch(expired);
+            released.absorb(read.take_released());
+            if count == FLUSH_CHUNK {
+                return Some((count, false));
+            }
+            flush.stripe += 1;
+        }
+        Some((count, true))
     }
 }
 
@@ -199,73 +336,89 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
-        // The thread's stripe of the wheel lock and its shard of the store share one index.
-        let hint = thread_hint();
-        let wheel = self.timing_wheel.read_stripe(hint);
+        let mut read = self.timing_wheel.read_stripe(thread_hint());
         if self.closed.load(Ordering::Acquire) {
-            drop(wheel);
+            drop(read);
             drop(task);
             return TimerTaskEntry::refused(expiration_ms);
         }
+        let mut expired = Vec::new();
         if delay_ms <= 0 {
-            // Already expired, whatever the wheel's clock says (see "Differences"). Still
-            // under the read lock, so a concurrent `close` waits for this hand-over and
-            // then for the task.
-            self.executor.submit(task);
-            return TimerTaskEntry::expired(expiration_ms);
-        }
-        let shard = self.store.shard_for(hint);
-        let mut slab = shard.lock();
-        let key = slab.insert(task, expiration_ms);
-        if wheel.add(&mut slab, key.index) {
-            drop(slab);
-            let owner: Arc<dyn EntryOwner> = Arc::<crate::entry_store::Shard>::clone(shard);
-            TimerTaskEntry::pending(owner, key, expiration_ms)
+            // Already expired, whatever the wheel's clock says (see "Differences").
+            expired.push(task);
         } else {
-            let task = slab.remove(key.index);
-            drop(slab);
-            // Still under the read lock, as above.
-            self.executor.submit(task);
-            TimerTaskEntry::expired(expiration_ms)
+            if read.parts().1.is_full() {
+                read = self.stripe_with_room();
+            }
+            let (wheel, shard) = read.parts();
+            let key = shard
+                .insert(task, expiration_ms)
+                .expect("the stripe has room");
+            let entry = Entry {
+                index: key.index,
+                expiration_ms,
+            };
+            add_timer_task_entry(wheel, shard, entry, &mut expired);
+            if expired.is_empty() {
+                return TimerTaskEntry::pending(read.shard(), key, expiration_ms);
+            }
         }
+        // Still under the read lock, so a concurrent `close` waits for this hand-over and
+        // then for the task.
+        self.executor.submit_batch(expired);
+        TimerTaskEntry::expired(expiration_ms)
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         if self.is_closed() {
             return false;
         }
-        let Some(first) = self.delay_queue.poll_timeout(timeout_ms) else {
-            return false;
-        };
-        let wheel = self.timing_wheel.write();
-        if self.is_closed() {
-            return false;
+        let mut flushes: BinaryHeap<Reverse<Flush>> =
+            self.unfinished.lock().drain(..).map(Reverse).collect();
+        let mut due = Vec::new();
+        if flushes.is_empty() {
+            match self.delay_queue.poll_timeout(timeout_ms) {
+                Some(first) => due.push(first),
+                None => return false,
+            }
         }
-        let mut expired = Vec::new();
+        let mut flushed = false;
+        let mut budget = FLUSH_BUDGET;
+        // Freed when this call returns, once everything due is handed over.
         let mut released = Released::default();
-        let mut next = Some(first);
-        while let Some((bucket, due_ms)) = next {
-            // The due time the bucket was queued with, not its expiration now: the queue
-            // only hands out items due by the clock, so the wheels never run ahead of it.
-            wheel.advance_clock(due_ms, &wheel.proof());
-            released.absorb(bucket.flush(&self.store, |slab, index| {
-                add_timer_task_entry(&wheel, slab, index, &mut expired);
-                if expired.len() >= EXECUTOR_BATCH {
-                    self.executor.submit_batch(std::mem::take(&mut expired));
-                }
-            }));
-            next = self.delay_queue.poll();
+        loop {
+            if due.is_empty() {
+                due.extend(self.delay_queue.poll());
+            }
+            if !due.is_empty() && !self.begin_flushes(&mut due, &mut flushes) {
+                return flushed;
+            }
+            let Some(Reverse(mut flush)) = flushes.pop() else {
+                return flushed;
+            };
+            let urgent = self.time.hi_res_clock_ms() >= flush.urgent_ms;
+            if budget == 0 && !urgent {
+                flushes.push(Reverse(flush));
+                self.unfinished
+                    .lock()
+                    .extend(flushes.into_iter().map(|Reverse(f)| f));
+                return true;
+            }
+            let Some((count, done)) = self.flush_chunk(&mut flush, &mut released) else {
+                return flushed;
+            };
+            flushed = true;
+            if !urgent {
+                budget = budget.saturating_sub(count);
+            }
+            if !done {
+                flushes.push(Reverse(flush));
+            }
         }
-        // Handed over under the write lock, so that a `close` waits for these tasks too.
-        self.executor.submit_batch(expired);
-        drop(wheel);
-        // Freed last, outside the lock: the expired tasks are already on their way.
-        drop(released);
-        true
     }
 
     fn size(&self) -> usize {
-        self.store.len()
+        self.timing_wheel.len()
     }
 
     fn close(&self) {
@@ -273,23 +426,48 @@ impl Timer for SystemTimer {
     }
 
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        self.shut_down()
-            .map_or_else(Vec::new, crate::entry_store::Cleared::into_tasks)
+        self.shut_down().map_or_else(Vec::new, Cleared::into_tasks)
     }
 }
 
 impl SystemTimer {
+    /// Returns the read lock of a stripe whose shard has room, for an `add` whose own
+    /// stripe is full.
+    ///
+    /// # Panics
+    ///
+    /// Panics if every shard is full.
+    #[cold]
+    fn stripe_with_room(&self) -> crate::sharded_rw_lock::ReadGuard<'_, TimingWheel> {
+        for stripe in 0..self.timing_wheel.stripes() {
+            let mut read = self.timing_wheel.read_stripe(stripe);
+            if !read.parts().1.is_full() {
+                return read;
+            }
+        }
+        panic!(
+            "timer {}: more than {} pending tasks",
+            self.executor_name,
+            crate::entry_store::SHARD_SLOTS * self.timing_wheel.stripes()
+        );
+    }
+
     /// Closes the timer and returns what was still waiting (`None` if it was closed
     /// already), after waiting for the tasks already on the executor.
-    fn shut_down(&self) -> Option<crate::entry_store::Cleared> {
+    fn shut_down(&self) -> Option<Cleared> {
         let cleared = {
-            let _wheel = self.timing_wheel.write();
+            let mut write = self.timing_wheel.write();
             if self.closed.swap(true, Ordering::AcqRel) {
                 return None;
             }
             self.delay_queue.close();
-            self.store.clear()
+            let mut cleared = Cleared::default();
+            for shard in write.shards_mut() {
+                cleared.absorb(shard.clear());
+            }
+            cleared
         };
+        self.unfinished.lock().clear();
         log::debug!(
             "timer {}: closed with {} tasks still waiting",
             self.executor_name,
@@ -318,7 +496,7 @@ impl fmt::Debug for SystemTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SystemTimer")
             .field("executor_name", &self.executor_name)
-            .field("size", &self.store.len())
+            .field("size", &self.timing_wheel.len())
             .field("closed", &self.is_closed())
             .finish_non_exhaustive()
     }
@@ -386,29 +564,30 @@ impl SystemTimerBuilder {
         let start_ms = self
             .start_ms
             .map_or(now_ms, |start_ms| start_ms.min(now_ms));
-        let delay_queue = Arc::new(DelayQueue::new(Arc::clone(&self.time)));
-        let timing_wheel = TimingWheel::new(
-            self.tick_ms,
-            self.wheel_size,
-            start_ms,
-            Arc::clone(&delay_queue),
-        );
+        let geometry = Arc::new(Geometry::new(self.tick_ms, self.wheel_size));
+        let delay_queue = Arc::new(DelayQueue::pruning(
+            Arc::clone(&self.time),
+            |list: &Arc<TimerTaskList>, due_ms| list.expiration_ms() != due_ms,
+        ));
+        let timing_wheel =
+            TimingWheel::new(Arc::clone(&geometry), start_ms, Arc::clone(&delay_queue));
         log::debug!(
             "timer {}: started (tick {} ms, wheel size {}, start {start_ms})",
             self.executor_name,
             timing_wheel.tick_ms(),
             self.wheel_size
         );
-        let store = EntryStore::new();
-        // One read stripe per shard: a thread's stripe and shard are the same index.
-        let stripes = store.shards().len();
         SystemTimer {
             executor: Executor::new(format!("executor-{}", self.executor_name)),
             executor_name: self.executor_name,
             time: self.time,
-            store,
             delay_queue,
-            timing_wheel: ShardedRwLock::new(timing_wheel, stripes),
+            timing_wheel: ShardedRwLock::new(
+                timing_wheel,
+                EntryStore::default_shards(),
+                Some(geometry),
+            ),
+            unfinished: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         }
     }

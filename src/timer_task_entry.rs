@@ -2,40 +2,39 @@
 //!
 //! # Ground rules
 //!
-//! - The task itself never lives in the handle. It lives in the timer's storage (for
-//!   [`SystemTimer`](crate::SystemTimer), a slot of the entry store; for
-//!   [`MockTimer`](crate::MockTimer), its map), and is moved out of there exactly once,
-//!   under that storage's lock: either to the executor, or to [`TimerTaskEntry::cancel`],
-//!   which drops it. Whoever moves it out decides the outcome, so cancel and run can never
-//!   both happen.
-//! - The handle names its slot by index and a generation number that is never reused, so a
-//!   stale handle can never reach a later task that took over the same slot.
-//! - The "was cancelled" flag is per handle until the handle is first cloned; from then on
-//!   the handle and all its clones share one flag (see [`CancelFlag`]).
+//! See `system_timer` for the lock order of the whole timer. Here:
+//!
+//! - The task itself never lives in the handle. It lives in a slot of its timer's entry
+//!   store and is moved out of there exactly once, under the shard's lock: to the executor
+//!   (or, for a `MockTimer`, to the caller that runs it), to `close`/`stop`, or to
+//!   [`TimerTaskEntry::cancel`], which drops it. Whoever moves it out decides the outcome,
+//!   so cancel and run can never both happen.
+//! - The handle names its slot by index and generation, and a slot never has the same
+//!   generation twice, so a stale handle never reaches a later task in the same slot. It
+//!   keeps a `&'static` reference to its shard: shards are pooled for the life of the
+//!   process (see `entry_store`), so the handle stays valid after its timer is gone and
+//!   costs no reference count.
+//! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
+//!   handle and its clones share a record in the shard, keyed by the entry, which the last
+//!   of them removes when dropped. Cloning and cancelling both set flags under the shard's
+//!   lock, so a cancel through any handle is seen by all of them.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::TimerTask;
+use crate::entry_store::{EntryKey, Shard};
 
-/// Where a pending task lives, and how to take it back out.
-pub(crate) trait EntryOwner: Send + Sync {
-    /// Removes the pending task named by `key`, if it is still pending, and returns it.
-    /// Returns `None` if it already ran, was cancelled, or was dropped by `close`.
-    fn take_pending(&self, key: EntryKey) -> Option<Box<dyn TimerTask>>;
-}
-
-/// Names one pending task inside its owner: a slot and the generation it was given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct EntryKey {
-    pub(crate) index: u32,
-    pub(crate) generation: u64,
-}
+/// The slot index's bits in [`TimerTaskEntry::bits`].
+const INDEX_MASK: u32 = (1 << 24) - 1;
+/// Set once the handle (or the one it was cloned from) has been cloned: the shard keeps the
+/// shared "cancelled" flag.
+const SHARED: u32 = 1 << 30;
+/// Set once a cancel through this handle won (or a closed timer refused the task).
+const CANCELLED: u32 = 1 << 31;
 
 /// Handle to one scheduled task, returned by [`Timer::add`](crate::Timer::add).
 ///
-/// Cheap to clone, `Send + Sync`. Dropping it does not cancel the task.
+/// Cheap to clone, `Send + Sync`, 24 bytes. Dropping it does not cancel the task.
 ///
 /// # Examples
 ///
@@ -51,45 +50,50 @@ pub(crate) struct EntryKey {
 /// assert!(!timer.advance_clock(5_000));
 /// ```
 pub struct TimerTaskEntry {
-    /// `None` when the task never entered the timer's storage: it was already expired and
-    /// went straight to the executor, or a closed timer refused it.
-    owner: Option<Arc<dyn EntryOwner>>,
-    key: EntryKey,
+    /// `None` when the task never entered a store: it was already expired and went straight
+    /// to the executor, or a closed timer refused it.
+    shard: Option<&'static Shard>,
+    /// The slot index, with `SHARED` and `CANCELLED` above it.
+    bits: AtomicU32,
+    generation: u32,
     expiration_ms: i64,
-    cancelled: CancelFlag,
 }
 
 impl TimerTaskEntry {
-    /// A handle to a task that waits in `owner` under `key`.
-    pub(crate) fn pending(owner: Arc<dyn EntryOwner>, key: EntryKey, expiration_ms: i64) -> Self {
+    /// A handle to a task that waits in `shard` under `key`.
+    pub(crate) fn pending(shard: &'static Shard, key: EntryKey, expiration_ms: i64) -> Self {
+        debug_assert_eq!(key.index & !INDEX_MASK, 0);
         TimerTaskEntry {
-            owner: Some(owner),
-            key,
+            shard: Some(shard),
+            bits: AtomicU32::new(key.index),
+            generation: key.generation,
             expiration_ms,
-            cancelled: CancelFlag::new(false),
         }
     }
 
     /// A handle to a task that was handed to the executor (or run) inside `add`.
     pub(crate) fn expired(expiration_ms: i64) -> Self {
-        TimerTaskEntry::detached(expiration_ms, false)
+        TimerTaskEntry::detached(expiration_ms, 0)
     }
 
     /// A handle to a task that a closed timer refused (and dropped without running).
     pub(crate) fn refused(expiration_ms: i64) -> Self {
-        TimerTaskEntry::detached(expiration_ms, true)
+        TimerTaskEntry::detached(expiration_ms, CANCELLED)
     }
 
-    /// A handle to a task that never entered the timer's storage.
-    fn detached(expiration_ms: i64, cancelled: bool) -> Self {
+    fn detached(expiration_ms: i64, bits: u32) -> Self {
         TimerTaskEntry {
-            owner: None,
-            key: EntryKey {
-                index: 0,
-                generation: 0,
-            },
+            shard: None,
+            bits: AtomicU32::new(bits),
+            generation: 0,
             expiration_ms,
-            cancelled: CancelFlag::new(cancelled),
+        }
+    }
+
+    fn key(&self) -> EntryKey {
+        EntryKey {
+            index: self.bits.load(Ordering::Relaxed) & INDEX_MASK,
+            generation: self.generation,
         }
     }
 
@@ -113,10 +117,10 @@ impl TimerTaskEntry {
     /// Stops the timer for this task. Returns true iff this call prevented the task from
     /// ever running.
     ///
-    /// O(1): the task is unlinked from its bucket and dropped inside this call, so a
+    /// O(1): the task is taken out of its bucket and dropped inside this call, so a
     /// cancelled timeout holds no memory. Returns false if the task already ran or was
     /// handed to the executor, if it was cancelled before (through this handle or a clone),
-    /// or if its timer was closed.
+    /// or if its timer was closed, stopped or dropped.
     ///
     /// # Examples
     ///
@@ -136,19 +140,21 @@ impl TimerTaskEntry {
     /// nothing. Here the entry's slot decides: exactly one of `cancel` and the executor gets
     /// the task, and `cancel` says which.
     pub fn cancel(&self) -> bool {
-        let Some(owner) = &self.owner else {
+        let Some(shard) = self.shard else {
             return false;
         };
-        match owner.take_pending(self.key) {
-            Some(task) => {
-                self.cancelled.set();
-                // Dropped here, after the owner's lock was released: a task's `Drop` may
-                // call back into the timer.
-                drop(task);
-                true
-            }
-            None => false,
+        let key = self.key();
+        let mut state = shard.lock();
+        let Some(task) = state.take(key) else {
+            return false;
+        };
+        if self.bits.fetch_or(CANCELLED, Ordering::Relaxed) & SHARED != 0 {
+            state.set_clone_cancelled(key);
         }
+        drop(state);
+        // Dropped after the lock is released: a task's `Drop` may call back into the timer.
+        drop(task);
+        true
     }
 
     /// Returns true once the task was cancelled through this handle or one of its clones,
@@ -168,76 +174,54 @@ impl TimerTaskEntry {
     /// assert!(entry.cancelled());
     /// ```
     pub fn cancelled(&self) -> bool {
-        self.cancelled.get()
+        let bits = self.bits.load(Ordering::Relaxed);
+        if bits & CANCELLED != 0 {
+            return true;
+        }
+        match self.shard {
+            Some(shard) if bits & SHARED != 0 => shard.lock().clone_cancelled(self.key()),
+            _ => false,
+        }
     }
 }
 
 impl Clone for TimerTaskEntry {
     fn clone(&self) -> Self {
+        let Some(shard) = self.shard else {
+            // Nothing can change for a handle without an entry: a copy will do.
+            return TimerTaskEntry::detached(self.expiration_ms, self.bits.load(Ordering::Relaxed));
+        };
+        let key = self.key();
+        let mut state = shard.lock();
+        let bits = self.bits.fetch_or(SHARED, Ordering::Relaxed);
+        state.add_clone(key, bits & CANCELLED != 0);
+        drop(state);
         TimerTaskEntry {
-            owner: self.owner.clone(),
-            key: self.key,
+            shard: Some(shard),
+            bits: AtomicU32::new(key.index | SHARED),
+            generation: self.generation,
             expiration_ms: self.expiration_ms,
-            cancelled: self.cancelled.share(),
+        }
+    }
+}
+
+impl Drop for TimerTaskEntry {
+    fn drop(&mut self) {
+        if let Some(shard) = self.shard {
+            if *self.bits.get_mut() & SHARED != 0 {
+                shard.lock().drop_clone(self.key());
+            }
         }
     }
 }
 
 impl fmt::Debug for TimerTaskEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Takes no lock: a clone's cancel is not seen here (`cancelled()` sees it).
+        let bits = self.bits.load(Ordering::Relaxed);
         f.debug_struct("TimerTaskEntry")
             .field("expiration_ms", &self.expiration_ms)
-            .field("cancelled", &self.cancelled())
+            .field("cancelled_here", &(bits & CANCELLED != 0))
             .finish_non_exhaustive()
-    }
-}
-
-/// The "was cancelled" flag of a handle and its clones, without an allocation per `add`.
-///
-/// A handle that was never cloned keeps the flag in `own`. The first clone creates `shared`;
-/// from then on every clone reads and writes `shared`, and the original reads both.
-/// Setting and sharing are ordered by a `SeqCst` fence on each side (a store-buffering
-/// pattern): either `set` sees `shared` and writes it, or `share` sees `own` and copies it,
-/// so a cancel through any handle is seen by all of them.
-struct CancelFlag {
-    own: AtomicBool,
-    shared: OnceLock<Arc<AtomicBool>>,
-}
-
-impl CancelFlag {
-    fn new(value: bool) -> Self {
-        CancelFlag {
-            own: AtomicBool::new(value),
-            shared: OnceLock::new(),
-        }
-    }
-
-    fn set(&self) {
-        self.own.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if let Some(shared) = self.shared.get() {
-            shared.store(true, Ordering::SeqCst);
-        }
-    }
-
-    fn get(&self) -> bool {
-        self.own.load(Ordering::SeqCst)
-            || self
-                .shared
-                .get()
-                .is_some_and(|shared| shared.load(Ordering::SeqCst))
-    }
-
-    /// Returns a flag for a clone, tied to this one.
-    fn share(&self) -> Self {
-        let shared = self.shared.get_or_init(|| Arc::new(AtomicBool::new(false)));
-        fence(Ordering::SeqCst);
-        if self.own.load(Ordering::SeqCst) {
-            shared.store(true, Ordering::SeqCst);
-        }
-        CancelFlag {
-            own: AtomicBool::new(false),
-            shared: OnceLock::from(Arc::clone(shared)),
-        }
     }
 }

@@ -7,10 +7,9 @@
 //! an earlier one is expired (it goes to the executor); a later one goes to the overflow
 //! wheel, whose tick is this wheel's interval. Overflow wheels are created on demand.
 //!
-//! Each bucket is offered to the shared delay queue when its expiration changes. When the
-//! queue hands out a due bucket, the timer advances every wheel to the bucket's
-//! expiration and re-adds each of the bucket's entries: an entry of a higher wheel moves
-//! down to a finer one, or, once within one tick of the current time, expires.
+//! When a bucket comes due, the timer advances every wheel and re-adds each of the bucket's
+//! entries: an entry of a higher wheel moves down to a finer one, or, once within one tick
+//! of the current time, expires.
 //!
 //! # An example (u = 1 ms, n = 3), after Kafka's javadoc
 //!
@@ -29,98 +28,220 @@
 //! `c+3`. At `c+9` level 3's bucket `[c+9, c+17]` expires and its entries move down to
 //! level 2 and 1 the same way. A level's current time only moves in steps of its own tick.
 //!
+//! # Two lists per bucket above the lowest level
+//!
+//! In Kafka a bucket is one list, flushed when the bucket's range begins. All of its
+//! entries must then move down before the earliest of them is due, and with a million
+//! timers a 400 ms bucket of the default wheel holds 400,000 entries: the driver is busy
+//! for milliseconds while entries wait. Here a bucket above the lowest level keeps two
+//! lists ([`Geometry`] says which entry goes where):
+//!
+//! - the *early* list holds the first `wheel_size - wheel_size / 2` lower ticks of the
+//!   bucket's range, and is due `wheel_size / 2` lower ticks before the range begins;
+//! - the *late* list holds the rest, and is due when the range begins.
+//!
+//! At the early list's due time the wheel below has already turned far enough to hold all
+//! of its entries, and the earliest of them is still half a bucket away; the late list's
+//! earliest entry is half a bucket away from its due time too. So each flush has half a
+//! bucket (10 ms at level 2 of the default wheel, 200 ms at level 3) to re-add its entries,
+//! a chunk at a time, before any of them is due. In the example above (n = 3), level 2's
+//! bucket `[c+3, c+5]` has an early list for `[c+3, c+4]`, due at `c+2`, and a late list
+//! for `[c+5, c+5]`, due at `c+3`. The buckets, their ranges and the levels an entry passes
+//! through are Kafka's; only the times at which entries move down are earlier.
+//!
 //! # Ground rules
 //!
-//! - The whole hierarchy sits behind the timer's reader-writer lock (a
-//!   [`ShardedRwLock`](crate::sharded_rw_lock::ShardedRwLock)): `add` runs under the read
-//!   lock, [`advance_clock`](TimingWheel::advance_clock) under the write lock, which it
-//!   proves with a [`WriteProof`]. So a flush never sees a concurrent add. The read side
-//!   is striped, so the wheel is reached through `&self` only, and `current_time_ms` is an
-//!   atomic; the lock orders its accesses (`Relaxed` suffices).
-//! - The overflow wheel is a [`OnceLock`]: two adds under the read lock may race to create
+//! See `system_timer` for the lock order of the whole timer. Here:
+//!
+//! - The hierarchy sits behind the timer's reader-writer lock
+//!   ([`ShardedRwLock`](crate::sharded_rw_lock::ShardedRwLock)): `add` runs under a read
+//!   lock (its thread's stripe, whose shard it adds to), [`TimingWheel::advance_clock`]
+//!   under the write lock, which it takes as proof. So an add never sees a level's clock
+//!   move. The read side is striped, so the wheel is reached through `&self` only, and
+//!   `current_time_ms` is an atomic; the lock orders its accesses (`Relaxed` suffices).
+//! - The overflow wheel is a [`OnceLock`]: two adds under read locks may race to create
 //!   it; one wins, both use it.
 //! - Arithmetic saturates. The level whose interval saturates, or whose range reaches
 //!   `i64::MAX`, or a wheel of size 1 (whose overflow would never grow), keeps every later
-//!   entry itself: it is the top, and no wheel is created above it. Two virtual ids may then
-//!   share a bucket; that costs an extra flush, never a late or lost entry, because the
-//!   timer advances to the due time the bucket was queued with and re-adds what is not yet
-//!   due.
+//!   entry itself: it is the top, and no wheel is created above it. Entries of several
+//!   rounds may then share a list; that costs an extra flush, never a late or lost entry,
+//!   because a flush re-adds what is not yet due.
 //!
 //! # Differences from Kafka
 //!
 //! Bucket numbers use floor division (`div_euclid`/`rem_euclid`), so negative clock values
-//! work; Kafka's `/` and `%` would index a negative bucket.
+//! work; Kafka's `/` and `%` would index a negative bucket. Buckets above the lowest level
+//! are flushed in two lists, the first ahead of time (above).
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::delay_queue::DelayQueue;
-use crate::entry_store::{MAX_LIST_ID, Slab};
-use crate::sharded_rw_lock::WriteProof;
+use crate::entry_store::{Entry, Loc, ShardState};
+use crate::sharded_rw_lock::WriteGuard;
 use crate::timer_task_list::TimerTaskList;
 
-/// The queue every wheel of a hierarchy offers its buckets to.
+/// The queue every wheel of a hierarchy offers its lists to.
 pub(crate) type BucketQueue = DelayQueue<Arc<TimerTaskList>>;
 
-/// One level of the hierarchy, owning the levels above it.
-pub(crate) struct TimingWheel {
+/// List ids must stay below this (a shard keeps a part per id).
+const MAX_LISTS: u64 = 1 << 31;
+
+/// The shape of one level.
+#[derive(Clone, Copy, Debug)]
+struct LevelShape {
     tick_ms: i64,
-    wheel_size: usize,
     interval_ms: i64,
-    /// Written only under the write lock; read under the read lock.
-    current_time_ms: AtomicI64,
-    buckets: Box<[Arc<TimerTaskList>]>,
-    /// The first bucket id of this level; level `k` uses ids `k * wheel_size ..`.
-    first_bucket_id: u32,
-    queue: Arc<BucketQueue>,
-    overflow_wheel: OnceLock<Box<TimingWheel>>,
+    /// Lists per bucket: 2 above the lowest level of a wheel larger than 1, else 1.
+    lists_per_bucket: u32,
+    /// The early list holds expirations below `bucket start + early_ms`.
+    early_ms: i64,
+    /// The early list is due this long before the bucket's start.
+    lead_ms: i64,
+    /// The id of the first list of this level.
+    first_list: u32,
 }
 
-impl TimingWheel {
-    /// Creates the lowest level of a hierarchy.
+/// Which list an entry of some level goes to, and when that list is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ListFor {
+    /// The list's id (the same in every shard).
+    pub(crate) id: u32,
+    /// When the list is due to be flushed.
+    pub(crate) due_ms: i64,
+}
+
+/// The shape of a whole hierarchy: every level's tick, its lists and their due times. The one
+/// home of the rule that maps an expiration to a list, used by `add` (to place an entry)
+/// and by `cancel` (to find it again).
+#[derive(Debug)]
+pub(crate) struct Geometry {
+    wheel_size: usize,
+    levels: Box<[LevelShape]>,
+}
+
+impl Geometry {
+    /// Computes every level a hierarchy of `tick_ms` and `wheel_size` can grow to.
     ///
     /// # Panics
     ///
-    /// Panics if `tick_ms <= 0`, `wheel_size == 0`, or the hierarchy's bucket count
-    /// (`wheel_size` times its number of levels) would not fit the entry store's ids.
+    /// Panics, naming the argument, if `tick_ms <= 0`, `wheel_size == 0`, or the lists of all
+    /// levels would not fit the id space (2^31), or the levels would not fit a [`Loc`].
     #[track_caller]
-    pub(crate) fn new(
-        tick_ms: i64,
-        wheel_size: usize,
-        start_ms: i64,
-        queue: Arc<BucketQueue>,
-    ) -> TimingWheel {
+    pub(crate) fn new(tick_ms: i64, wheel_size: usize) -> Geometry {
         assert!(tick_ms > 0, "tick_ms must be positive, got {tick_ms}");
         assert!(
             wheel_size > 0,
             "wheel_size must be positive, got {wheel_size}"
         );
-        let levels = level_count(tick_ms, wheel_size);
+        let count = level_count(tick_ms, wheel_size);
         assert!(
-            (levels as u128) * (wheel_size as u128) < u128::from(MAX_LIST_ID),
-            "wheel_size {wheel_size} needs {levels} levels of buckets: more than {MAX_LIST_ID} in all"
+            (count as usize) < Loc::MAX_LEVELS,
+            "tick_ms {tick_ms} and wheel_size {wheel_size} need {count} levels: more than {}",
+            Loc::MAX_LEVELS - 1
         );
-        TimingWheel::level(tick_ms, wheel_size, clamp_start(start_ms), queue, 0)
+        let size = i64::try_from(wheel_size).unwrap_or(i64::MAX);
+        let split = wheel_size > 1;
+        let mut levels = Vec::with_capacity(count as usize);
+        let mut tick_ms = tick_ms;
+        let mut first_list: u64 = 0;
+        for level in 0..count {
+            let lists_per_bucket = if level > 0 && split { 2 } else { 1 };
+            let lower_tick_ms = levels.last().map_or(0, |l: &LevelShape| l.tick_ms);
+            let lead_ms = lower_tick_ms.saturating_mul(size / 2);
+            levels.push(LevelShape {
+                tick_ms,
+                interval_ms: tick_ms.saturating_mul(size),
+                lists_per_bucket,
+                early_ms: tick_ms.saturating_sub(lead_ms),
+                lead_ms,
+                first_list: first_list as u32,
+            });
+            first_list += wheel_size as u64 * u64::from(lists_per_bucket);
+            assert!(
+                first_list < MAX_LISTS,
+                "wheel_size {wheel_size} needs more than {MAX_LISTS} lists in all"
+            );
+            tick_ms = tick_ms.saturating_mul(size);
+        }
+        Geometry {
+            wheel_size,
+            levels: levels.into_boxed_slice(),
+        }
+    }
+
+    /// Returns the list an entry expiring at `expiration_ms` belongs to at `level`.
+    pub(crate) fn list_for(&self, level: usize, expiration_ms: i64) -> ListFor {
+        let shape = &self.levels[level];
+        let virtual_id = expiration_ms.div_euclid(shape.tick_ms);
+        let bucket = virtual_id.rem_euclid(self.wheel_size as i64) as u32;
+        // The bucket's range starts within one tick below the expiration.
+        let start_ms = virtual_id.saturating_mul(shape.tick_ms);
+        let early =
+            shape.lists_per_bucket == 2 && expiration_ms.saturating_sub(start_ms) < shape.early_ms;
+        let (half, due_ms) = match shape.lists_per_bucket {
+            1 => (0, start_ms),
+            _ if early => (0, start_ms.saturating_sub(shape.lead_ms)),
+            _ => (1, start_ms),
+        };
+        ListFor {
+            id: shape.first_list + bucket * shape.lists_per_bucket + half,
+            due_ms,
+        }
+    }
+
+    /// Returns the number of levels a hierarchy can have.
+    fn level_count(&self) -> usize {
+        self.levels.len()
+    }
+}
+
+/// One level of the hierarchy, owning the levels above it.
+pub(crate) struct TimingWheel {
+    level: usize,
+    shape: LevelShape,
+    geometry: Arc<Geometry>,
+    /// Written only under the write lock; read under a read lock.
+    current_time_ms: AtomicI64,
+    /// This level's lists, by `id - shape.first_list`.
+    lists: Box<[Arc<TimerTaskList>]>,
+    queue: Arc<BucketQueue>,
+    overflow_wheel: OnceLock<Box<TimingWheel>>,
+}
+
+impl TimingWheel {
+    /// Creates the lowest level of a hierarchy of shape `geometry`, started at `start_ms`.
+    pub(crate) fn new(geometry: Arc<Geometry>, start_ms: i64, queue: Arc<BucketQueue>) -> Self {
+        TimingWheel::level(geometry, 0, clamp_start(start_ms), queue)
     }
 
     fn level(
-        tick_ms: i64,
-        wheel_size: usize,
+        geometry: Arc<Geometry>,
+        level: usize,
         start_ms: i64,
         queue: Arc<BucketQueue>,
-        first_bucket_id: u32,
     ) -> TimingWheel {
-        let size = i64::try_from(wheel_size).unwrap_or(i64::MAX);
+        let shape = geometry.levels[level];
+        let lists = (0..geometry.wheel_size as u32 * shape.lists_per_bucket)
+            .map(|i| {
+                let early = shape.lists_per_bucket == 2 && i % 2 == 0;
+                // The earliest entry of a late list is `early_ms` after its due time; of an
+                // early list, `lead_ms`; of a lowest-level list, at its due time.
+                let slack_ms = match shape.lists_per_bucket {
+                    1 => 0,
+                    _ if early => shape.lead_ms,
+                    _ => shape.early_ms,
+                };
+                Arc::new(TimerTaskList::new(shape.first_list + i, slack_ms))
+            })
+            .collect();
         TimingWheel {
-            tick_ms,
-            wheel_size,
-            interval_ms: tick_ms.saturating_mul(size),
-            current_time_ms: AtomicI64::new(round_down(start_ms, tick_ms)),
-            buckets: (0..wheel_size)
-                .map(|i| Arc::new(TimerTaskList::new(first_bucket_id + i as u32)))
-                .collect(),
-            first_bucket_id,
+            level,
+            shape,
+            geometry,
+            current_time_ms: AtomicI64::new(round_down(start_ms, shape.tick_ms)),
+            lists,
             queue,
             overflow_wheel: OnceLock::new(),
         }
@@ -129,71 +250,77 @@ impl TimingWheel {
     fn overflow_wheel(&self) -> &TimingWheel {
         self.overflow_wheel.get_or_init(|| {
             Box::new(TimingWheel::level(
-                self.interval_ms,
-                self.wheel_size,
+                Arc::clone(&self.geometry),
+                self.level + 1,
                 self.current_time_ms(),
                 Arc::clone(&self.queue),
-                self.first_bucket_id + self.wheel_size as u32,
             ))
         })
     }
 
     /// True if this level keeps every entry past its own range (nothing above it).
     fn is_top(&self) -> bool {
-        self.wheel_size == 1
-            || self.interval_ms == i64::MAX
-            || self.current_time_ms().saturating_add(self.interval_ms) == i64::MAX
+        self.geometry.wheel_size == 1
+            || self.level + 1 == self.geometry.level_count()
+            || self.shape.interval_ms == i64::MAX
+            || self
+                .current_time_ms()
+                .saturating_add(self.shape.interval_ms)
+                == i64::MAX
     }
 
-    /// Puts the entry in slot `index` of `slab` into its bucket, at this level or above.
-    /// Returns false, touching nothing, if it is already expired: due before
-    /// `current_time_ms + tick_ms`.
+    /// Puts `entry`, unlisted in `shard`, into its list, at this level or above. Returns
+    /// false, touching nothing, if it is already expired: due before `current_time_ms +
+    /// tick_ms`. The caller holds a read lock whose stripe is `shard`.
     ///
-    /// The bucket is offered to the delay queue only when its expiration changes. (Kafka
-    /// also returns false for a cancelled entry; here a cancelled entry is no longer in
-    /// the store, so it cannot be added.)
-    pub(crate) fn add(&self, slab: &mut Slab, index: u32) -> bool {
-        let expiration_ms = slab.expiration_ms(index);
+    /// The list is offered to the delay queue only when its expiration changes. (Kafka also
+    /// returns false for a cancelled entry; here a cancelled entry is no longer in the
+    /// store, so it cannot be added.)
+    pub(crate) fn add(&self, shard: &mut ShardState, entry: Entry) -> bool {
+        let Entry {
+            index,
+            expiration_ms,
+        } = entry;
         // Kafka recurses into the overflow wheel; this walks up the same chain.
         let mut wheel = self;
         loop {
             let current_time_ms = wheel.current_time_ms();
-            if expiration_ms < current_time_ms.saturating_add(wheel.tick_ms) {
+            if expiration_ms < current_time_ms.saturating_add(wheel.shape.tick_ms) {
                 return false;
             }
-            if expiration_ms < current_time_ms.saturating_add(wheel.interval_ms) || wheel.is_top() {
-                wheel.add_to_bucket(slab, index, expiration_ms);
+            if expiration_ms < current_time_ms.saturating_add(wheel.shape.interval_ms)
+                || wheel.is_top()
+            {
+                wheel.add_to_list(shard, index, expiration_ms);
                 return true;
             }
             wheel = wheel.overflow_wheel();
         }
     }
 
-    /// Links the entry into this level's bucket for `expiration_ms`, and offers the bucket
-    /// to the delay queue if its expiration changed.
-    fn add_to_bucket(&self, slab: &mut Slab, index: u32, expiration_ms: i64) {
-        let virtual_id = expiration_ms.div_euclid(self.tick_ms);
-        let bucket = &self.buckets[virtual_id.rem_euclid(self.wheel_size as i64) as usize];
-        bucket.add(slab, index);
-        // virtual_id * tick_ms is within [expiration_ms - tick_ms, expiration_ms].
-        let bucket_expiration_ms = virtual_id * self.tick_ms;
-        if bucket.set_expiration(bucket_expiration_ms) {
-            self.queue.offer(Arc::clone(bucket), bucket_expiration_ms);
+    /// Appends the entry to this level's list for `expiration_ms`, and offers the list to
+    /// the delay queue if its expiration changed.
+    fn add_to_list(&self, shard: &mut ShardState, index: u32, expiration_ms: i64) {
+        let at = self.geometry.list_for(self.level, expiration_ms);
+        shard.link(at.id, self.level, index);
+        let list = &self.lists[(at.id - self.shape.first_list) as usize];
+        if list.set_expiration(at.due_ms) {
+            self.queue.offer(Arc::clone(list), at.due_ms);
         }
     }
 
     /// Moves this level's current time (and its overflow's) to `time_ms`, rounded down to
     /// a tick, if that is at least one tick ahead. The caller holds the write lock.
-    pub(crate) fn advance_clock(&self, time_ms: i64, _write: &WriteProof<'_>) {
+    pub(crate) fn advance_clock(&self, time_ms: i64, _write: &WriteGuard<'_, TimingWheel>) {
         let mut time_ms = time_ms;
         let mut level = Some(self);
         // Each level moves to the time its finer neighbour moved to, as long as that is a
         // tick of its own ahead (Kafka recurses; this walks up the same chain).
         while let Some(wheel) = level {
-            if time_ms < wheel.current_time_ms().saturating_add(wheel.tick_ms) {
+            if time_ms < wheel.current_time_ms().saturating_add(wheel.shape.tick_ms) {
                 break;
             }
-            time_ms = round_down(time_ms, wheel.tick_ms);
+            time_ms = round_down(time_ms, wheel.shape.tick_ms);
             wheel.current_time_ms.store(time_ms, Ordering::Relaxed);
             level = wheel.overflow_wheel.get().map(|overflow| &**overflow);
         }
@@ -201,7 +328,7 @@ impl TimingWheel {
 
     /// Returns this level's tick.
     pub(crate) fn tick_ms(&self) -> i64 {
-        self.tick_ms
+        self.shape.tick_ms
     }
 
     /// Returns this level's current time.
@@ -219,10 +346,10 @@ impl TimingWheel {
         levels
     }
 
-    /// Returns bucket `i` of this level.
+    /// Returns this level's lists.
     #[cfg(test)]
-    pub(crate) fn bucket(&self, i: usize) -> &Arc<TimerTaskList> {
-        &self.buckets[i]
+    pub(crate) fn lists(&self) -> &[Arc<TimerTaskList>] {
+        &self.lists
     }
 }
 
@@ -231,8 +358,8 @@ fn round_down(time_ms: i64, tick_ms: i64) -> i64 {
     time_ms - time_ms.rem_euclid(tick_ms)
 }
 
-/// Keeps start times away from `i64::MIN`, so that every bucket expiration (a multiple of
-/// a tick at or below an entry's expiration) has room below it.
+/// Keeps start times away from `i64::MIN`, so that every list's due time (a multiple of a
+/// tick at or below an entry's expiration, less at most a bucket) has room below it.
 fn clamp_start(start_ms: i64) -> i64 {
     start_ms.max(i64::MIN / 2)
 }
@@ -255,9 +382,9 @@ fn level_count(tick_ms: i64, wheel_size: usize) -> u32 {
 impl fmt::Debug for TimingWheel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimingWheel")
-            .field("tick_ms", &self.tick_ms)
-            .field("wheel_size", &self.wheel_size)
-            .field("interval_ms", &self.interval_ms)
+            .field("level", &self.level)
+            .field("tick_ms", &self.shape.tick_ms)
+            .field("interval_ms", &self.shape.interval_ms)
             .field("current_time_ms", &self.current_time_ms())
             .field("overflow_wheel", &self.overflow_wheel.get())
             .finish()
@@ -267,7 +394,7 @@ impl fmt::Debug for TimingWheel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry_store::EntryStore;
+    use crate::sharded_rw_lock::ShardedRwLock;
     use crate::{MockTime, TimerTask};
 
     struct Nop;
@@ -278,13 +405,64 @@ mod tests {
         fn run(self: Box<Self>) {}
     }
 
+    #[test]
+    fn list_for_splits_buckets_above_the_lowest_level() {
+        let geometry = Geometry::new(1, 20);
+        // Level 0: one list per 1 ms bucket, due at the bucket.
+        assert_eq!(geometry.list_for(0, 45), ListFor { id: 5, due_ms: 45 });
+        // Level 1 (20 ms buckets): [40, 50) early, due 10 ms ahead; [50, 60) late.
+        let early = geometry.list_for(1, 45);
+        let late = geometry.list_for(1, 55);
+        assert_eq!(
+            early,
+            ListFor {
+                id: 20 + 2 * 2,
+                due_ms: 30
+            }
+        );
+        assert_eq!(
+            late,
+            ListFor {
+                id: 20 + 2 * 2 + 1,
+                due_ms: 40
+            }
+        );
+        assert_eq!(geometry.list_for(1, 49).id, early.id);
+        assert_eq!(geometry.list_for(1, 50).id, late.id);
+        // Level 2 (400 ms buckets): [800, 1000) early, due 200 ms ahead.
+        assert_eq!(geometry.list_for(2, 999).due_ms, 600);
+        assert_eq!(geometry.list_for(2, 1000).due_ms, 800);
+        // Odd sizes: n = 3 puts two of three lower ticks in the early list.
+        let odd = Geometry::new(1, 3);
+        assert_eq!(odd.list_for(1, 4).due_ms, 2);
+        assert_eq!(odd.list_for(1, 5).due_ms, 3);
+        // A wheel of size 1 never splits.
+        let one = Geometry::new(7, 1);
+        assert_eq!(one.list_for(0, 20), ListFor { id: 0, due_ms: 14 });
+    }
+
+    #[test]
+    fn list_for_saturates_at_the_extremes() {
+        for (tick, size) in [(1, 20), (1, 2), (i64::MAX, 2), (3, 1_000), (1, 1)] {
+            let geometry = Geometry::new(tick, size);
+            for level in 0..geometry.level_count() {
+                for expiration in [i64::MAX, i64::MAX - 1, i64::MIN / 2, 0, -1] {
+                    let at = geometry.list_for(level, expiration);
+                    assert!(
+                        at.due_ms <= expiration,
+                        "{tick} {size} {level} {expiration}"
+                    );
+                }
+            }
+        }
+    }
+
     /// A wheel of Kafka's javadoc example (u = 1, n = 3) on a mock clock, with the drive
     /// loop of `SystemTimer::advance_clock` reduced to its steps.
     struct Example {
         time: MockTime,
         queue: Arc<BucketQueue>,
-        store: EntryStore,
-        wheel: TimingWheel,
+        lock: ShardedRwLock<TimingWheel>,
         c: i64,
     }
 
@@ -295,37 +473,55 @@ mod tests {
             let c = time.hi_res_clock_ms() - time.hi_res_clock_ms().rem_euclid(27) + 27;
             time.sleep(c - time.hi_res_clock_ms());
             let queue = Arc::new(DelayQueue::new(Arc::new(time.clone())));
-            let wheel = TimingWheel::new(1, 3, c, Arc::clone(&queue));
+            let geometry = Arc::new(Geometry::new(1, 3));
+            let wheel = TimingWheel::new(Arc::clone(&geometry), c, Arc::clone(&queue));
             Example {
                 time,
                 queue,
-                store: EntryStore::with_shards(1),
-                wheel,
+                lock: ShardedRwLock::new(wheel, 1, Some(geometry)),
                 c,
             }
         }
 
         /// Adds an entry due at `c + offset`; returns false if it is already expired.
         fn add(&self, offset: i64) -> bool {
-            let mut slab = self.store.shards()[0].lock();
-            let key = slab.insert(Box::new(Nop), self.c + offset);
-            let added = self.wheel.add(&mut slab, key.index);
+            let mut read = self.lock.read_stripe(0);
+            let (wheel, shard) = read.parts();
+            let expiration_ms = self.c + offset;
+            let key = shard.insert(Box::new(Nop), expiration_ms).unwrap();
+            let added = wheel.add(
+                shard,
+                Entry {
+                    index: key.index,
+                    expiration_ms,
+                },
+            );
             if !added {
-                drop(slab.remove(key.index));
+                drop(shard.remove(key.index));
             }
             added
         }
 
-        /// (level, bucket, bucket expiration - c) of every non-empty bucket.
-        fn layout(&self) -> Vec<(usize, usize, i64)> {
+        /// (level, bucket, list's due time - c) of every non-empty list, early lists marked.
+        fn layout(&self) -> Vec<(usize, usize, &'static str, i64)> {
+            let read = self.lock.read_stripe(0);
             let mut out = Vec::new();
-            for (level, wheel) in self.wheel.levels().into_iter().enumerate() {
-                for i in 0..wheel.wheel_size {
-                    let bucket = wheel.bucket(i);
-                    let mut n = 0;
-                    bucket.for_each(&self.store, |_, _| n += 1);
-                    if n > 0 {
-                        out.push((level + 1, i, bucket.expiration_ms() - self.c));
+            let mut shard = read.into_shard();
+            for (level, wheel) in self.lock.value_for_tests().levels().into_iter().enumerate() {
+                let per_bucket = wheel.shape.lists_per_bucket as usize;
+                for (i, list) in wheel.lists().iter().enumerate() {
+                    if shard.list(list.id()).len() > 0 {
+                        let kind = match (per_bucket, i % 2) {
+                            (1, _) => "",
+                            (_, 0) => "early",
+                            _ => "late",
+                        };
+                        out.push((
+                            level + 1,
+                            i / per_bucket,
+                            kind,
+                            list.expiration_ms() - self.c,
+                        ));
                     }
                 }
             }
@@ -337,16 +533,29 @@ mod tests {
         fn step(&mut self) -> Vec<i64> {
             self.time.sleep(1);
             let mut fired = Vec::new();
-            while let Some((bucket, due_ms)) = self.queue.poll() {
-                self.wheel.advance_clock(due_ms, &WriteProof::for_tests());
-                let wheel = &self.wheel;
-                drop(bucket.flush(&self.store, |slab, index| {
-                    if !wheel.add(slab, index) {
-                        fired.push(slab.expiration_ms(index) - self.c);
-                        drop(slab.remove(index));
+            while let Some(due) = self.queue.poll() {
+                let list = due.value;
+                if list.expiration_ms() != due.due_ms {
+                    continue;
+                }
+                {
+                    let mut write = self.lock.write();
+                    write.value().advance_clock(due.now_ms, &write);
+                    list.reset_expiration();
+                    for shard in write.shards_mut() {
+                        shard.list(list.id()).detach();
                     }
-                }));
+                }
+                let mut read = self.lock.read_stripe(0);
+                let (wheel, shard) = read.parts();
+                list.flush(shard, usize::MAX, |shard, entry| {
+                    if !wheel.add(shard, entry) {
+                        fired.push(entry.expiration_ms - self.c);
+                        drop(shard.remove(entry.index));
+                    }
+                });
             }
+            fired.sort();
             fired
         }
     }
@@ -358,37 +567,50 @@ mod tests {
         for offset in [1, 2, 3, 5, 8, 9, 17, 26] {
             assert!(ex.add(offset));
         }
-        // Level 1 holds c+1 and c+2; level 2 buckets [c+3, c+5] and [c+6, c+8]; level 3
-        // buckets [c+9, c+17] and [c+18, c+26]. Bucket index = (expiration / tick) % 3.
+        // Kafka's buckets: level 1 holds c+1 and c+2; level 2 buckets [c+3, c+5] and
+        // [c+6, c+8]; level 3 buckets [c+9, c+17] and [c+18, c+26]. Bucket index =
+        // (expiration / tick) % 3. Above level 1, each bucket's first two lower ticks are an
+        // early list due one lower tick before the bucket, the last one a late list.
         assert_eq!(
             ex.layout(),
             [
-                (1, 1, 1),
-                (1, 2, 2),
-                (2, 1, 3),
-                (2, 2, 6),
-                (3, 1, 9),
-                (3, 2, 18)
+                (1, 1, "", 1),
+                (1, 2, "", 2),
+                (2, 1, "early", 2),
+                (2, 1, "late", 3),
+                (2, 2, "late", 6),
+                (3, 1, "early", 6),
+                (3, 1, "late", 9),
+                (3, 2, "late", 18),
             ]
         );
         assert_eq!(ex.step(), [1]);
+        // At c+2 level 2's early list [c+3, c+4] moves down ahead of time.
         assert_eq!(ex.step(), [2]);
-        // At c+3 level 2's bucket expires: c+3 fires, c+5 moves down to level 1.
+        assert!(ex.layout().contains(&(1, 0, "", 3)));
+        // At c+3 the late list [c+5, c+5] moves down too.
         assert_eq!(ex.step(), [3]);
-        assert_eq!(ex.wheel.levels()[1].current_time_ms() - ex.c, 3);
-        assert_eq!(ex.wheel.levels()[2].current_time_ms() - ex.c, 0);
-        assert!(ex.layout().contains(&(1, 2, 5)));
+        assert_eq!(
+            ex.lock.value_for_tests().levels()[1].current_time_ms() - ex.c,
+            3
+        );
+        assert!(ex.layout().contains(&(1, 2, "", 5)));
         assert_eq!(ex.step(), []);
         assert_eq!(ex.step(), [5]);
-        for _ in 6..8 {
-            assert_eq!(ex.step(), []);
-        }
+        // At c+6 level 3's early list [c+9, c+14] moves down, three ticks ahead.
+        assert_eq!(ex.step(), []);
+        assert_eq!(
+            ex.layout(),
+            [
+                (1, 2, "", 8),
+                (2, 0, "early", 8),
+                (3, 1, "late", 9),
+                (3, 2, "late", 18)
+            ]
+        );
+        assert_eq!(ex.step(), []);
         assert_eq!(ex.step(), [8]);
-        // At c+9 level 3's bucket [c+9, c+17] expires and moves down.
         assert_eq!(ex.step(), [9]);
-        assert_eq!(ex.wheel.levels()[2].current_time_ms() - ex.c, 9);
-        // c+17 now sits in level 2's bucket [c+15, c+17]; c+26 still in level 3.
-        assert_eq!(ex.layout(), [(2, 2, 15), (3, 2, 18)]);
         let mut fired = Vec::new();
         for _ in 10..=26 {
             fired.extend(ex.step());

@@ -317,3 +317,42 @@ fn negative_tick_is_refused() {
 fn empty_wheel_is_refused() {
     SystemTimer::with_config("bad", 1, 0, 0);
 }
+
+/// Regression: a flush hands expired tasks to the executor while it still holds the shard's
+/// lock, and `size()` was published only when that lock was released, so a task could run
+/// while `size()` still counted it.
+#[test]
+fn size_no_longer_counts_a_task_once_it_runs() {
+    const ROUNDS: usize = 50;
+    const TASKS: i64 = 4_000;
+    let time = timingwheel::MockTime::new();
+    let timer = Arc::new(SystemTimer::builder("size").time(time.clone()).build());
+    for _ in 0..ROUNDS {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let overcounted = Arc::new(AtomicUsize::new(0));
+        for _ in 0..TASKS {
+            let (timer, ran, overcounted) =
+                (Arc::downgrade(&timer), ran.clone(), overcounted.clone());
+            timer.upgrade().unwrap().add(timer_task(1, move || {
+                let ran_before = ran.fetch_add(1, Ordering::SeqCst);
+                let timer = timer.upgrade().expect("the test holds the timer");
+                // Every task that ran is no longer counted; this one neither.
+                if timer.size() > TASKS as usize - ran_before - 1 {
+                    overcounted.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+        time.sleep(1);
+        timer.advance_clock(0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ran.load(Ordering::SeqCst) < TASKS as usize && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), TASKS as usize);
+        assert_eq!(
+            overcounted.load(Ordering::SeqCst),
+            0,
+            "size() counted a running task"
+        );
+    }
+}
