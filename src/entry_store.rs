@@ -701,7 +701,11 @@ impl Drop for ShardGuard<'_> {
             return;
         };
         self.shard.len.store(state.len(), Ordering::Relaxed);
-        let released = state.take_released();
+        let released = if state.slots.released.is_empty() && state.blocks.has_no_released() {
+            Released::default()
+        } else {
+            state.take_released()
+        };
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
             MutexGuard::unlock_fair(state);
         } else {

@@ -31,7 +31,7 @@
 //!   owns it, so it is run or cancelled exactly once.
 //! - Flushes run most urgent first: by the time the earliest entry of each detached list
 //!   may be due. A flush whose entries are still far from due may be left unfinished in
-//!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] entries; the next call goes on
+//!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] such entries; the next call goes on
 //!   with it before it waits for anything. Lowest-level lists, whose entries are due, and
 //!   flushes past half of their lead, always finish within the call.
 
@@ -60,6 +60,21 @@ const FLUSH_CHUNK: usize = 512;
 /// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
 /// it returns, leaving the rest to the next call.
 const FLUSH_BUDGET: usize = 8 * 1024;
+
+/// How a flush is cut up: entries per lock hold, and entries of not-yet-urgent flushes per
+/// `advance_clock` call.
+#[derive(Clone, Copy, Debug)]
+struct Chunking {
+    chunk: usize,
+    budget: usize,
+}
+
+impl Chunking {
+    const DEFAULT: Chunking = Chunking {
+        chunk: FLUSH_CHUNK,
+        budget: FLUSH_BUDGET,
+    };
+}
 
 /// How long `close` waits for tasks already handed to the executor (Kafka waits twice 5 s).
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
@@ -115,6 +130,8 @@ pub struct SystemTimer {
     timing_wheel: ShardedRwLock<TimingWheel>,
     /// Flushes an earlier `advance_clock` call left for the next one.
     unfinished: Mutex<Vec<Flush>>,
+    /// How a flush is cut up: [`FLUSH_CHUNK`] and [`FLUSH_BUDGET`], smaller in unit tests.
+    chunking: Chunking,
     executor: Executor,
     /// Set once, under the write lock of `timing_wheel`.
     closed: AtomicBool,
@@ -193,6 +210,7 @@ impl SystemTimer {
             wheel_size: 20,
             start_ms: None,
             time: Arc::new(SystemClock),
+            chunking: Chunking::DEFAULT,
         }
     }
 
@@ -300,7 +318,7 @@ impl SystemTimer {
         true
     }
 
-    /// Re-adds up to [`FLUSH_CHUNK`] entries of `flush`, one stripe at a time, handing the
+    /// Re-adds up to a chunk of entries of `flush`, one stripe at a time, handing the
     /// expired ones to the executor and the memory the shards give back to `released`.
     /// Returns how many it re-added and whether the flush is done, or `None` if the timer
     /// is closed.
@@ -315,7 +333,7 @@ impl SystemTimer {
             let mut expired = self.executor.batch();
             count += flush
                 .list
-                .flush(shard, FLUSH_CHUNK - count, |shard, entry| {
+                .flush(shard, self.chunking.chunk - count, |shard, entry| {
                     add_timer_task_entry(wheel, shard, entry, &mut expired);
                 });
             // Handed over under the lock that took them out of the store, so that a `close`
@@ -323,7 +341,7 @@ impl SystemTimer {
             read.publish_len();
             self.executor.submit_batch(expired);
             released.absorb(read.take_released());
-            if count == FLUSH_CHUNK {
+            if count == self.chunking.chunk {
                 return Some((count, false));
             }
             flush.stripe += 1;
@@ -383,7 +401,7 @@ impl Timer for SystemTimer {
             }
         }
         let mut flushed = false;
-        let mut budget = FLUSH_BUDGET;
+        let mut budget = self.chunking.budget;
         // Freed when this call returns, once everything due is handed over.
         let mut released = Released::default();
         loop {
@@ -519,6 +537,7 @@ pub struct SystemTimerBuilder {
     wheel_size: usize,
     start_ms: Option<i64>,
     time: Arc<dyn Time>,
+    chunking: Chunking,
 }
 
 impl SystemTimerBuilder {
@@ -550,6 +569,16 @@ impl SystemTimerBuilder {
         self
     }
 
+    /// Cuts flushes into chunks of `chunk` entries and stops each call's not-yet-urgent work
+    /// after `budget` of them, so that tests can interleave adds and cancels with flushes.
+    /// Both must be positive: every call then moves a flush on by a chunk at least.
+    #[cfg(test)]
+    fn chunking(mut self, chunk: usize, budget: usize) -> Self {
+        assert!(chunk > 0 && budget > 0);
+        self.chunking = Chunking { chunk, budget };
+        self
+    }
+
     /// Creates the timer and starts its executor thread.
     ///
     /// # Panics
@@ -564,7 +593,7 @@ impl SystemTimerBuilder {
         let start_ms = self
             .start_ms
             .map_or(now_ms, |start_ms| start_ms.min(now_ms));
-        let geometry = Arc::new(Geometry::new(self.tick_ms, self.wheel_size));
+        let geometry = Arc::new(Geometry::new(self.tick_ms, self.wheel_size, start_ms));
         let delay_queue = Arc::new(DelayQueue::pruning(
             Arc::clone(&self.time),
             |list: &Arc<TimerTaskList>, due_ms| list.expiration_ms() != due_ms,
@@ -588,7 +617,186 @@ impl SystemTimerBuilder {
                 Some(geometry),
             ),
             unfinished: Mutex::new(Vec::new()),
+            chunking: self.chunking,
             closed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A model of the timer with its flushes cut into chunks of one to three entries and almost
+/// no budget per call, so that adds, cancels and clock steps land between the chunks of a
+/// flush. (`tests/model.rs` checks the timer against a model with full-size chunks.)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MockTime;
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicI64, AtomicUsize};
+    use std::sync::mpsc;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add(i64),
+        Cancel(usize),
+        /// Move the clock, then call `advance_clock(0)` this many times (1 to 3).
+        Step(i64, u8),
+    }
+
+    /// What happened to one task.
+    #[derive(Default)]
+    struct Record {
+        runs: AtomicUsize,
+        drops: AtomicUsize,
+        ran_at_ms: AtomicI64,
+    }
+
+    struct Probe {
+        delay_ms: i64,
+        time: MockTime,
+        record: Arc<Record>,
+    }
+
+    impl TimerTask for Probe {
+        fn delay_ms(&self) -> i64 {
+            self.delay_ms
+        }
+        fn run(self: Box<Self>) {
+            self.record
+                .ran_at_ms
+                .store(self.time.hi_res_clock_ms(), Ordering::SeqCst);
+            self.record.runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.record.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Task {
+        due_ms: i64,
+        entry: TimerTaskEntry,
+        record: Arc<Record>,
+        cancelled: bool,
+    }
+
+    /// Waits until the executor has run everything handed to it so far.
+    fn barrier(timer: &SystemTimer) {
+        let (tx, rx) = mpsc::channel();
+        timer.add(crate::timer_task(0, move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("executor barrier");
+    }
+
+    /// Checks every task against the clock: a task ran iff its bucket's time has come and
+    /// it was not cancelled (`drained`: the timer has nothing due left), never twice, never
+    /// both run and cancelled.
+    fn check(tasks: &[Task], now_ms: i64, drained: bool) {
+        for (id, task) in tasks.iter().enumerate() {
+            let runs = task.record.runs.load(Ordering::SeqCst);
+            assert!(runs <= 1, "task {id} ran {runs} times");
+            if runs == 1 {
+                assert!(!task.cancelled, "task {id} ran and was cancelled");
+                assert!(
+                    task.due_ms <= now_ms,
+                    "task {id} ran before its bucket's time"
+                );
+                assert!(task.record.ran_at_ms.load(Ordering::SeqCst) >= task.due_ms);
+            } else if drained && !task.cancelled {
+                assert!(task.due_ms > now_ms, "task {id} is due and did not run");
+            }
+        }
+    }
+
+    fn run_model(tick_ms: i64, wheel_size: usize, chunk: usize, budget: usize, ops: &[Op]) {
+        let time = MockTime::new();
+        let timer = SystemTimer::builder("chunks")
+            .time(time.clone())
+            .tick_ms(tick_ms)
+            .wheel_size(wheel_size)
+            .chunking(chunk, budget)
+            .build();
+        let mut tasks: Vec<Task> = Vec::new();
+        for op in ops {
+            match *op {
+                Op::Add(delay_ms) => {
+                    let record = Arc::new(Record::default());
+                    let expiration_ms = time.hi_res_clock_ms() + delay_ms;
+                    let entry = timer.add(Box::new(Probe {
+                        delay_ms,
+                        time: time.clone(),
+                        record: Arc::clone(&record),
+                    }));
+                    tasks.push(Task {
+                        due_ms: expiration_ms - expiration_ms.rem_euclid(tick_ms),
+                        entry,
+                        record,
+                        cancelled: false,
+                    });
+                }
+                Op::Cancel(k) if !tasks.is_empty() => {
+                    let at = k % tasks.len();
+                    let task = &mut tasks[at];
+                    if task.entry.cancel() {
+                        assert!(!task.cancelled, "task {at} cancelled twice");
+                        assert_eq!(task.record.drops.load(Ordering::SeqCst), 1);
+                        task.cancelled = true;
+                    }
+                }
+                Op::Cancel(_) => {}
+                Op::Step(ms, calls) => {
+                    time.sleep(ms);
+                    for _ in 0..calls {
+                        timer.advance_clock(0);
+                    }
+                    barrier(&timer);
+                    check(&tasks, time.hi_res_clock_ms(), false);
+                }
+            }
+        }
+        while timer.advance_clock(0) {}
+        barrier(&timer);
+        let now_ms = time.hi_res_clock_ms();
+        check(&tasks, now_ms, true);
+        let pending = tasks
+            .iter()
+            .filter(|t| !t.cancelled && t.record.runs.load(Ordering::SeqCst) == 0)
+            .count();
+        assert_eq!(timer.size(), pending);
+        timer.close();
+        for (id, task) in tasks.iter().enumerate() {
+            assert_eq!(task.record.drops.load(Ordering::SeqCst), 1, "task {id}");
+        }
+    }
+
+    /// Cases per run: 64, or `PROPTEST_CASES`.
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(64)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => prop_oneof![1..=40i64, 1..=3_000i64, 1..=200_000i64].prop_map(Op::Add),
+            2 => any::<usize>().prop_map(Op::Cancel),
+            3 => (prop_oneof![0..=30i64, 0..=3_000i64], 1..=3u8).prop_map(|(ms, calls)| Op::Step(ms, calls)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn adds_cancels_and_clock_steps_between_the_chunks_of_a_flush_agree_with_the_model(
+            (tick_ms, wheel_size) in prop_oneof![Just((1, 20)), Just((1, 3)), Just((3, 2)), Just((2, 1))],
+            chunk in 1..=3usize,
+            budget in 1..=4usize,
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            run_model(tick_ms, wheel_size, chunk, budget, &ops);
         }
     }
 }

@@ -173,6 +173,11 @@ impl Blocks {
         }
     }
 
+    /// True if no block was given up since the last [`take_released`](Self::take_released).
+    pub(crate) fn has_no_released(&self) -> bool {
+        self.released.is_empty()
+    }
+
     /// Returns the blocks given up since the last call, for freeing outside the lock.
     pub(crate) fn take_released(&mut self) -> Vec<Block> {
         std::mem::take(&mut self.released)
