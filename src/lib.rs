@@ -71,8 +71,12 @@
 //! its request purgatory keeps millions of delayed operations on it. This crate ports
 //! Kafka's `SystemTimer`, `TimingWheel`, `TimerTaskList`, `TimerTaskEntry`,
 //! `SystemTimerReaper`, `MockTime` and `MockTimer` (Apache License 2.0), keeping their
-//! names and structure. Entries live in a sharded slab and are linked by index, so an entry
-//! costs one 40-byte slot and no allocation of its own; see `docs/design.md`.
+//! names and structure. Entries live in 32-byte slots of per-thread shards, and a bucket is
+//! an array of slot indices rather than a linked list, so a flush reads it in order and a
+//! cancel is still O(1). Buckets above the lowest level move their first half down ahead
+//! of time, and a flush re-adds its entries in short chunks outside the write lock, so a
+//! million timers expiring together neither stall the driver nor the threads that add;
+//! see `docs/design.md`.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
