@@ -148,6 +148,8 @@ struct Page {
     live: u32,
     /// This page's index in `Slots::partial`, or `NIL` while it has no room.
     partial_at: u32,
+    /// The highest generation any of its slots has had.
+    max_generation: u32,
 }
 
 impl Page {
@@ -249,6 +251,7 @@ impl Slots {
             generation,
             loc: Loc::UNLISTED,
         };
+        page.max_generation = page.max_generation.max(generation);
         page.live += 1;
         if !page.has_room() {
             let at = std::mem::replace(&mut page.partial_at, NIL);
@@ -283,11 +286,13 @@ impl Slots {
             .spare
             .take()
             .unwrap_or_else(|| Vec::with_capacity(PAGE_SLOTS));
+        let generation_base = self.pages[number as usize].generation_base;
         self.pages[number as usize].page = Some(Page {
             slots,
             vacant: NIL,
             live: 0,
             partial_at: self.partial.len() as u32,
+            max_generation: generation_base,
         });
         self.partial.push(number);
         Some(number)
@@ -338,11 +343,7 @@ impl Slots {
         let entry = &mut self.pages[number as usize];
         let page = entry.page.take().expect("giving back a page that is gone");
         debug_assert_eq!(page.live, 0);
-        let base = page
-            .slots
-            .iter()
-            .map(|slot| slot.generation)
-            .fold(entry.generation_base, u32::max);
+        let base = page.max_generation;
         entry.generation_base = base;
         if base != u32::MAX {
             self.unused.push(number);
@@ -366,11 +367,7 @@ impl Slots {
         self.unused.clear();
         for (number, entry) in self.pages.iter_mut().enumerate() {
             if let Some(page) = entry.page.take() {
-                entry.generation_base = page
-                    .slots
-                    .iter()
-                    .map(|slot| slot.generation)
-                    .fold(entry.generation_base, u32::max);
+                entry.generation_base = page.max_generation;
                 buffers.push(page.slots);
             }
             if entry.generation_base != u32::MAX {
@@ -572,12 +569,13 @@ impl ShardState {
         self.clones.get(&key).is_some_and(|record| record.cancelled)
     }
 
-    /// Returns the memory given back since the last call, for freeing outside the lock.
-    fn take_released(&mut self) -> Released {
-        Released {
-            pages: std::mem::take(&mut self.slots.released),
-            blocks: self.blocks.take_released(),
-        }
+    /// Returns the memory given back since the last call — empty page buffers and list
+    /// blocks — for the reclaim thread to free (see `reclaim`).
+    fn take_released(&mut self) -> (Vec<Vec<Slot>>, Vec<crate::timer_task_list::Block>) {
+        (
+            std::mem::take(&mut self.slots.released),
+            self.blocks.take_released(),
+        )
     }
 }
 
@@ -637,29 +635,8 @@ impl fmt::Debug for Shard {
     }
 }
 
-/// Memory a shard gave back: page buffers and list blocks, to be freed outside its lock.
-///
-/// A flush keeps these until it has handed over every task that is due: with glibc,
-/// freeing a large block first coalesces every small block freed since the last time — every
-/// task the executor ran — which can take milliseconds for a million tasks.
-#[derive(Default)]
-#[must_use = "dropping this frees the memory: do it after releasing every lock"]
-pub(crate) struct Released {
-    pages: Vec<Vec<Slot>>,
-    blocks: Vec<crate::timer_task_list::Block>,
-}
-
-impl Released {
-    /// Adds `other`'s memory to this.
-    pub(crate) fn absorb(&mut self, mut other: Released) {
-        self.pages.append(&mut other.pages);
-        self.blocks.append(&mut other.blocks);
-    }
-}
-
-/// A locked shard. When dropped it publishes the shard's length, unlocks, and only then
-/// frees the memory the shard gave back while locked (unless the holder took it with
-/// [`ShardGuard::take_released`] to free later still).
+/// A locked shard. When dropped it publishes the shard's length, unlocks, and hands the
+/// memory the shard gave back while locked to the reclaim thread.
 pub(crate) struct ShardGuard<'a> {
     /// `Some` until dropped.
     state: Option<MutexGuard<'a, ShardState>>,
@@ -671,12 +648,6 @@ impl ShardGuard<'_> {
     /// under this lock are handed over, so that `size()` never counts a task that may run.
     pub(crate) fn publish_len(&self) {
         self.shard.len.store(self.len(), Ordering::Relaxed);
-    }
-
-    /// Takes the memory the shard gave back, for the caller to free later (outside every
-    /// lock).
-    pub(crate) fn take_released(&mut self) -> Released {
-        std::ops::DerefMut::deref_mut(self).take_released()
     }
 }
 
@@ -701,17 +672,16 @@ impl Drop for ShardGuard<'_> {
             return;
         };
         self.shard.len.store(state.len(), Ordering::Relaxed);
-        let released = if state.slots.released.is_empty() && state.blocks.has_no_released() {
-            Released::default()
-        } else {
-            state.take_released()
-        };
+        let released = (!state.slots.released.is_empty() || !state.blocks.has_no_released())
+            .then(|| state.take_released());
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
             MutexGuard::unlock_fair(state);
         } else {
             drop(state);
         }
-        drop(released);
+        if let Some(released) = released {
+            crate::reclaim::free_later(released);
+        }
     }
 }
 
@@ -782,7 +752,9 @@ impl fmt::Debug for EntryStore {
     }
 }
 
-/// The tasks of cleared shards, to be dropped (or handed back) outside every lock.
+/// The tasks of cleared shards, to be dropped (or handed back) outside every lock. When
+/// dropped, the tasks are dropped on the dropping thread (their `Drop` is user code) and
+/// the emptied buffers go to the reclaim thread.
 #[derive(Default)]
 #[must_use = "dropping this drops the tasks: do it after releasing every lock"]
 pub(crate) struct Cleared(Vec<Vec<Slot>>);
@@ -803,12 +775,24 @@ impl Cleared {
     }
 
     /// Takes the tasks out.
-    pub(crate) fn into_tasks(self) -> Vec<Box<dyn TimerTask>> {
+    pub(crate) fn into_tasks(mut self) -> Vec<Box<dyn TimerTask>> {
         self.0
-            .into_iter()
+            .iter_mut()
             .flatten()
-            .filter_map(|slot| slot.task)
+            .filter_map(|slot| slot.task.take())
             .collect()
+    }
+}
+
+impl Drop for Cleared {
+    fn drop(&mut self) {
+        let mut buffers = std::mem::take(&mut self.0);
+        for slot in buffers.iter_mut().flatten() {
+            drop(slot.task.take());
+        }
+        if !buffers.is_empty() {
+            crate::reclaim::free_later(buffers);
+        }
     }
 }
 
@@ -877,7 +861,7 @@ mod tests {
             state.slots.spare.is_some(),
             "one buffer kept for the next page"
         );
-        assert_eq!(state.take_released().pages.len(), 1, "the other one freed");
+        assert_eq!(state.take_released().0.len(), 1, "the other one freed");
         // The numbers come back with fresh pages; no old key reaches a new occupant.
         let again: Vec<EntryKey> = (0..2 * PAGE_SLOTS)
             .map(|i| state.insert(Box::new(Nop), i as i64).unwrap())
@@ -896,7 +880,14 @@ mod tests {
         let mut state = unlisted_state();
         let first = state.insert(Box::new(Nop), 0).unwrap();
         let keep = state.insert(Box::new(Nop), 0).unwrap();
+        // As if the slot had had u32::MAX - 1 occupants before.
         state.slots.slot_mut(first.index).generation = u32::MAX;
+        let number = (first.index >> PAGE_SHIFT) as usize;
+        state.slots.pages[number]
+            .page
+            .as_mut()
+            .unwrap()
+            .max_generation = u32::MAX;
         let last = EntryKey {
             index: first.index,
             generation: u32::MAX,

@@ -85,6 +85,7 @@ mod delay_queue;
 mod entry_store;
 mod executor;
 mod mock_timer;
+mod reclaim;
 mod sharded_rw_lock;
 mod system_timer;
 mod system_timer_reaper;

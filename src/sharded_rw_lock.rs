@@ -24,7 +24,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::entry_store::{EntryStore, Released, Shard, ShardGuard, ShardState};
+use crate::entry_store::{EntryStore, Shard, ShardGuard, ShardState};
 use crate::timing_wheel::Geometry;
 
 /// A reader-writer lock around a `T` whose stripes are the shards of an entry store.
@@ -127,11 +127,6 @@ impl<'a, T> ReadGuard<'a, T> {
     /// Publishes the shard's length now (see `ShardGuard::publish_len`).
     pub(crate) fn publish_len(&self) {
         self.guard.publish_len();
-    }
-
-    /// Takes the memory the shard gave back while locked, to free later.
-    pub(crate) fn take_released(&mut self) -> Released {
-        self.guard.take_released()
     }
 
     /// Returns the stripe's shard, for a handle to find its entry again.

@@ -45,7 +45,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::delay_queue::{DelayQueue, Due};
-use crate::entry_store::{Cleared, Entry, EntryStore, Released, ShardState};
+use crate::entry_store::{Cleared, Entry, EntryStore, ShardState};
 use crate::executor::Executor;
 use crate::sharded_rw_lock::{ShardedRwLock, thread_hint};
 use crate::time::hi_res_clock_ms_ceil;
@@ -319,10 +319,9 @@ impl SystemTimer {
     }
 
     /// Re-adds up to a chunk of entries of `flush`, one stripe at a time, handing the
-    /// expired ones to the executor and the memory the shards give back to `released`.
-    /// Returns how many it re-added and whether the flush is done, or `None` if the timer
-    /// is closed.
-    fn flush_chunk(&self, flush: &mut Flush, released: &mut Released) -> Option<(usize, bool)> {
+    /// expired ones to the executor. Returns how many it re-added and whether the flush is
+    /// done, or `None` if the timer is closed.
+    fn flush_chunk(&self, flush: &mut Flush) -> Option<(usize, bool)> {
         let mut count = 0;
         while flush.stripe < self.timing_wheel.stripes() {
             let mut read = self.timing_wheel.read_stripe_urgent(flush.stripe);
@@ -340,7 +339,6 @@ impl SystemTimer {
             // waits for these tasks too; and once `size()` no longer counts them.
             read.publish_len();
             self.executor.submit_batch(expired);
-            released.absorb(read.take_released());
             if count == self.chunking.chunk {
                 return Some((count, false));
             }
@@ -402,8 +400,6 @@ impl Timer for SystemTimer {
         }
         let mut flushed = false;
         let mut budget = self.chunking.budget;
-        // Freed when this call returns, once everything due is handed over.
-        let mut released = Released::default();
         loop {
             if due.is_empty() {
                 due.extend(self.delay_queue.poll());
@@ -422,7 +418,7 @@ impl Timer for SystemTimer {
                     .extend(flushes.into_iter().map(|Reverse(f)| f));
                 return true;
             }
-            let Some((count, done)) = self.flush_chunk(&mut flush, &mut released) else {
+            let Some((count, done)) = self.flush_chunk(&mut flush) else {
                 return flushed;
             };
             flushed = true;

@@ -95,6 +95,21 @@ fn live() -> isize {
     LIVE.load(Ordering::SeqCst)
 }
 
+/// Returns the live byte count once it has stopped changing: memory a timer gives back
+/// is freed on its reclaim thread, a moment after the call that gave it back.
+fn settled() -> isize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut last = live();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = live();
+        if now == last || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// Waits until every task handed to `timer`'s executor so far has run.
 fn barrier(timer: &SystemTimer) {
     let (tx, rx) = mpsc::channel();
@@ -119,13 +134,13 @@ impl TimerTask for Counted {
 
 /// Runs `round` three times (cold, warm, measured) and checks the live heap.
 fn assert_rounds_leave_nothing(what: &str, mut round: impl FnMut()) {
-    let before_cold = live();
+    let before_cold = settled();
     round();
-    let after_cold = live();
+    let after_cold = settled();
     round();
-    let before = live();
+    let before = settled();
     round();
-    let after = live();
+    let after = settled();
     eprintln!(
         "{what}: cold round left {} B, warm round left {} B",
         after_cold - before_cold,
