@@ -6,9 +6,14 @@
 //!   A flush hands over its expired tasks in batches, one job per batch, rather than one
 //!   channel send per task.
 //! - `in_flight` counts tasks handed over and not yet finished. It is changed with atomics;
-//!   `idle` (with its mutex) only wakes a `close` that waits for it to reach zero.
-//! - A task's panic is caught, logged at `error!`, and the batch goes on.
+//!   `idle` (with its mutex) only wakes a `close` that waits for it to reach zero. A job
+//!   counts its batch finished from a drop guard, so the count comes down even if the job
+//!   unwinds.
+//! - A task's panic is caught, logged at `error!`, and the batch goes on. So is a panic in
+//!   the `Drop` of the panic's payload (a payload is user data too): nothing a task does
+//!   unwinds out of [`run_task`].
 
+use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -66,15 +71,20 @@ impl Executor {
         }
         let count = tasks.len();
         self.tracker.in_flight.fetch_add(count, Ordering::AcqRel);
-        let tracker = Arc::clone(&self.tracker);
+        let id = Arc::as_ptr(&self.tracker) as usize;
+        // Counts the batch finished when the job ends, however it ends: also if it unwinds
+        // (then the tasks not run yet are dropped first) or is dropped unrun.
+        let finished = Finished {
+            tracker: Arc::clone(&self.tracker),
+            count,
+        };
         self.pool.execute(move || {
-            let id = Arc::as_ptr(&tracker) as usize;
+            let _finished = finished;
             RUNNING_FOR.with(|running| running.set(id));
             for task in tasks {
                 run_task(task);
             }
             RUNNING_FOR.with(|running| running.set(0));
-            tracker.finished(count);
         });
     }
 
@@ -113,16 +123,45 @@ impl Tracker {
     }
 }
 
-/// Runs one task, catching and logging a panic.
-fn run_task(task: Box<dyn TimerTask>) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task.run())) {
-        let message = panic
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("(no message)");
-        log::error!("timer task panicked: {message}");
+/// Counts a batch of `count` tasks finished when dropped.
+struct Finished {
+    tracker: Arc<Tracker>,
+    count: usize,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.tracker.finished(self.count);
     }
+}
+
+/// Runs one task, catching and logging a panic; never unwinds.
+fn run_task(task: Box<dyn TimerTask>) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
+        log::error!("timer task panicked: {}", panic_message(&*payload));
+        drop_payload(payload);
+    }
+}
+
+/// Drops a panic's payload, whose `Drop` is user code and may panic in turn. The payload of
+/// that second panic is user data as well, so it is leaked rather than dropped: a few
+/// bytes, once, instead of a chain of panics out of the executor's job.
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
+        log::error!(
+            "dropping a timer task's panic payload panicked: {}; leaking that panic's payload",
+            panic_message(&*again)
+        );
+        std::mem::forget(again);
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 impl fmt::Debug for Executor {
