@@ -12,13 +12,16 @@
 //! - A task's panic is caught, logged at `error!`, and the batch goes on. So is a panic in
 //!   the `Drop` of the panic's payload (a payload is user data too): nothing a task does
 //!   unwinds out of [`run_task`].
+//! - Every `close` of the timer waits for the tasks in flight, up to one deadline, set by
+//!   the first wait (`shutdown_deadline`): a task that never ends holds up a shutdown once,
+//!   not once per caller.
 
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -30,6 +33,8 @@ use crate::TimerTask;
 pub(crate) struct Executor {
     pool: ThreadPool,
     tracker: Arc<Tracker>,
+    /// When every wait for the tasks in flight gives up; set by the first wait.
+    shutdown_deadline: OnceLock<Instant>,
 }
 
 struct Tracker {
@@ -56,6 +61,7 @@ impl Executor {
                 lock: Mutex::new(()),
                 idle: Condvar::new(),
             }),
+            shutdown_deadline: OnceLock::new(),
         }
     }
 
@@ -94,10 +100,13 @@ impl Executor {
         RUNNING_FOR.with(|running| running.get() == id)
     }
 
-    /// Waits until every task handed over so far has finished, or `timeout` passes.
-    /// Returns the number still unfinished.
+    /// Waits until every task handed over so far has finished, but not past `timeout` after
+    /// the first call: concurrent and later callers share that deadline. Returns the number
+    /// still unfinished.
     pub(crate) fn wait_idle(&self, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
+        let deadline = *self
+            .shutdown_deadline
+            .get_or_init(|| Instant::now() + timeout);
         let mut guard = self.tracker.lock.lock();
         loop {
             let left = self.tracker.in_flight.load(Ordering::Acquire);

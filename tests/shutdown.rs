@@ -7,11 +7,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
+use timingwheel::{
+    MockTime, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
+};
 
 mod common;
 use common::Counted;
@@ -589,4 +591,59 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
         assert_eq!(drops, 1, "task {id} freed {drops} times");
     }
     assert_eq!(timer.size(), 0);
+}
+
+/// Regression (issue 10, defect 1): of two concurrent `close()` calls only the first waited
+/// for the task already on the executor; the second returned at once while it still ran.
+/// Now every caller of `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
+#[test]
+fn every_concurrent_close_and_stop_waits_for_the_task_already_running() {
+    const CLOSERS: usize = 4;
+    const SLOW: Duration = Duration::from_millis(300);
+    let timers: [(&str, Box<dyn Timer>); 2] = [
+        ("SystemTimer", Box::new(SystemTimer::new("closers"))),
+        (
+            "SystemTimerReaper",
+            Box::new(SystemTimerReaper::new(
+                "closers",
+                SystemTimer::new("closers"),
+            )),
+        ),
+    ];
+    for (kind, timer) in timers {
+        let (started_tx, started_rx) = mpsc::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&finished);
+        timer.add(timer_task(0, move || {
+            started_tx.send(()).unwrap();
+            thread::sleep(SLOW);
+            done.store(true, Ordering::SeqCst);
+        }));
+        started_rx
+            .recv_timeout(DEADLOCK)
+            .expect("the slow task never started");
+        let all_closing = Barrier::new(CLOSERS);
+        // Whether the task had finished when each caller's close or stop returned.
+        let seen: Vec<bool> = thread::scope(|s| {
+            let callers: Vec<_> = (0..CLOSERS)
+                .map(|n| {
+                    let (timer, all_closing, finished) = (&timer, &all_closing, &finished);
+                    s.spawn(move || {
+                        all_closing.wait();
+                        if n % 2 == 0 {
+                            timer.close();
+                        } else {
+                            assert!(timer.stop().is_empty(), "nothing was waiting");
+                        }
+                        finished.load(Ordering::SeqCst)
+                    })
+                })
+                .collect();
+            callers.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        assert!(
+            seen.iter().all(|&finished| finished),
+            "{kind}: a close or stop returned while the task ran (finished as each returned: {seen:?})"
+        );
+    }
 }
