@@ -24,6 +24,10 @@ use crate::{Time, Timer, TimerTask, TimerTaskEntry};
 /// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
 ///
 /// Clones share one clock. [`sleep`](MockTime::sleep) moves it forward and returns at once.
+/// It covers the whole `i64` millisecond range: moved far enough, it stops at `i64::MAX`
+/// ms (it saturates, never wraps). Its [`nanoseconds`](MockTime::nanoseconds) reach
+/// `i64::MAX` 292 years after its start and stay there;
+/// [`nanoseconds_wide`](Time::nanoseconds_wide) goes on.
 ///
 /// # Examples
 ///
@@ -42,23 +46,25 @@ pub struct MockTime {
     clock: Arc<MockClock>,
 }
 
+/// Whole milliseconds: `sleep` moves the clock by whole milliseconds only, and an `i64` of
+/// them covers the whole range, where an `i64` of nanoseconds stops after 292 years.
 struct MockClock {
     wall_ms: AtomicI64,
-    nanos: AtomicI64,
+    hi_res_ms: AtomicI64,
 }
 
 impl MockTime {
     /// The wall clock of a new `MockTime`: 2020-09-13T12:26:40Z, in ms since the epoch.
     const START_WALL_MS: i64 = 1_600_000_000_000;
-    /// The monotonic clock of a new `MockTime`, in ns (10^6 ms).
-    const START_NANOS: i64 = 1_000_000 * NANOS_PER_MS;
+    /// The monotonic clock of a new `MockTime`, in ms.
+    const START_HI_RES_MS: i64 = 1_000_000;
 
     /// Creates a clock at a fixed start: the same for every new `MockTime`.
     pub fn new() -> MockTime {
         MockTime {
             clock: Arc::new(MockClock {
                 wall_ms: AtomicI64::new(Self::START_WALL_MS),
-                nanos: AtomicI64::new(Self::START_NANOS),
+                hi_res_ms: AtomicI64::new(Self::START_HI_RES_MS),
             }),
         }
     }
@@ -70,12 +76,18 @@ impl MockTime {
 
     /// Returns the monotonic clock, in milliseconds.
     pub fn hi_res_clock_ms(&self) -> i64 {
-        self.nanoseconds().div_euclid(NANOS_PER_MS)
+        self.clock.hi_res_ms.load(Ordering::SeqCst)
     }
 
-    /// Returns the monotonic clock, in nanoseconds.
+    /// Returns the monotonic clock, in nanoseconds, saturating at `i64::MAX` (292 years
+    /// after the start; see [`nanoseconds_wide`](Time::nanoseconds_wide) for the rest).
     pub fn nanoseconds(&self) -> i64 {
-        self.clock.nanos.load(Ordering::SeqCst)
+        self.hi_res_clock_ms().saturating_mul(NANOS_PER_MS)
+    }
+
+    /// Returns the monotonic clock, in nanoseconds, over the whole `i64` millisecond range.
+    pub fn nanoseconds_wide(&self) -> i128 {
+        i128::from(self.hi_res_clock_ms()) * i128::from(NANOS_PER_MS)
     }
 
     /// Moves both clocks forward by `ms` milliseconds (saturating); never blocks.
@@ -89,14 +101,13 @@ impl MockTime {
             ms >= 0,
             "MockTime::sleep: ms must not be negative, got {ms}"
         );
-        let nanos = ms.saturating_mul(NANOS_PER_MS);
-        let add = |clock: &AtomicI64, by: i64| {
+        let add = |clock: &AtomicI64| {
             let _ = clock.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                Some(now.saturating_add(by))
+                Some(now.saturating_add(ms))
             });
         };
-        add(&self.clock.wall_ms, ms);
-        add(&self.clock.nanos, nanos);
+        add(&self.clock.wall_ms);
+        add(&self.clock.hi_res_ms);
     }
 }
 
@@ -115,6 +126,10 @@ impl Time for MockTime {
         MockTime::nanoseconds(self)
     }
 
+    fn nanoseconds_wide(&self) -> i128 {
+        MockTime::nanoseconds_wide(self)
+    }
+
     fn hi_res_clock_ms(&self) -> i64 {
         MockTime::hi_res_clock_ms(self)
     }
@@ -128,7 +143,7 @@ impl fmt::Debug for MockTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MockTime")
             .field("milliseconds", &self.milliseconds())
-            .field("nanoseconds", &self.nanoseconds())
+            .field("hi_res_clock_ms", &self.hi_res_clock_ms())
             .finish()
     }
 }
@@ -164,7 +179,8 @@ impl fmt::Debug for MockTime {
 ///
 /// Kafka's `MockTimer` fires a task only once the clock is strictly past its expiration;
 /// this one fires it at its expiration, as `SystemTimer` does. A panic in a task is not
-/// caught: it reaches the test that called `add` or `advance_clock`.
+/// caught: it reaches the test that called `add` or `advance_clock`. Its clock covers the
+/// whole `i64` millisecond range (Kafka's stops after 292 years of nanoseconds).
 pub struct MockTimer {
     time: MockTime,
     state: Arc<MockState>,
