@@ -175,6 +175,14 @@ impl fmt::Debug for MockTime {
 /// assert_eq!(*log.lock().unwrap(), ["a", "b", "c"]);
 /// ```
 ///
+/// # Shutting down
+///
+/// [`close`](Timer::close) and [`stop`](Timer::stop) never block: there is no executor to
+/// wait for. They drop (or hand back) the tasks waiting in the timer; a task that another
+/// thread's `advance_clock` has already taken out to run finishes on that thread, even if
+/// that is after `close` returned. Dropping the timer closes it, so its waiting tasks are
+/// dropped with it, and their handles' [`cancel`](TimerTaskEntry::cancel) returns false.
+///
 /// # Differences from Kafka
 ///
 /// Kafka's `MockTimer` fires a task only once the clock is strictly past its expiration;
@@ -319,11 +327,15 @@ impl Timer for MockTimer {
         self.state.pending.lock().by_expiration.len()
     }
 
+    /// Stops the timer; idempotent. The tasks still waiting are dropped without running, on
+    /// this thread, before it returns. Never blocks (see "Shutting down" on [`MockTimer`]).
     fn close(&self) {
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
         drop(self.stop());
     }
 
+    /// Stops the timer like [`close`](Timer::close) and hands back the tasks still waiting,
+    /// in no particular order. Never blocks.
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
         let mut pending = self.state.pending.lock();
         if self.state.closed.swap(true, Ordering::AcqRel) {
@@ -332,6 +344,14 @@ impl Timer for MockTimer {
         let taken = std::mem::take(&mut *pending);
         drop(pending);
         taken.by_expiration.into_values().collect()
+    }
+}
+
+impl Drop for MockTimer {
+    /// Closes the timer: its waiting tasks are dropped, not kept alive by their handles
+    /// (which share only its emptied storage from now on).
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
