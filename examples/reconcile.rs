@@ -366,7 +366,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -669,12 +669,11 @@ pub(crate) fn run(config: &Config) -> Report {
             if created_at.is_none() && !creating.load(Ordering::Acquire) {
                 created_at = Some(Instant::now());
             }
-            if let Some(created_at) = created_at {
-                if (payer.is_finished() && shop.settled() >= orders)
-                    || created_at.elapsed() > patience
-                {
-                    break;
-                }
+            if let Some(created_at) = created_at
+                && ((payer.is_finished() && shop.settled() >= orders)
+                    || created_at.elapsed() > patience)
+            {
+                break;
             }
         }
         progress.tick(&shop, start, true);

@@ -6,14 +6,22 @@
 //!   A flush hands over its expired tasks in batches, one job per batch, rather than one
 //!   channel send per task.
 //! - `in_flight` counts tasks handed over and not yet finished. It is changed with atomics;
-//!   `idle` (with its mutex) only wakes a `close` that waits for it to reach zero.
-//! - A task's panic is caught, logged at `error!`, and the batch goes on.
+//!   `idle` (with its mutex) only wakes a `close` that waits for it to reach zero. A job
+//!   counts its batch finished from a drop guard, so the count comes down even if the job
+//!   unwinds.
+//! - A task's panic is caught, logged at `error!`, and the batch goes on. So is a panic in
+//!   the `Drop` of the panic's payload (a payload is user data too): nothing a task does
+//!   unwinds out of [`run_task`].
+//! - Every `close` of the timer waits for the tasks in flight, up to one deadline, set by
+//!   the first wait (`shutdown_deadline`): a task that never ends holds up a shutdown once,
+//!   not once per caller.
 
+use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -25,6 +33,8 @@ use crate::TimerTask;
 pub(crate) struct Executor {
     pool: ThreadPool,
     tracker: Arc<Tracker>,
+    /// When every wait for the tasks in flight gives up; set by the first wait.
+    shutdown_deadline: OnceLock<Instant>,
 }
 
 struct Tracker {
@@ -61,6 +71,7 @@ impl Executor {
                 idle: Condvar::new(),
                 buffers: Mutex::new(Vec::new()),
             }),
+            shutdown_deadline: OnceLock::new(),
         }
     }
 
@@ -88,16 +99,21 @@ impl Executor {
         }
         let count = tasks.len();
         self.tracker.in_flight.fetch_add(count, Ordering::AcqRel);
-        let tracker = Arc::clone(&self.tracker);
+        let id = Arc::as_ptr(&self.tracker) as usize;
+        // Counts the batch finished when the job ends, however it ends: also if it unwinds
+        // (then the tasks not run yet are dropped first) or is dropped unrun.
+        let finished = Finished {
+            tracker: Arc::clone(&self.tracker),
+            count,
+        };
         self.pool.execute(move || {
-            let id = Arc::as_ptr(&tracker) as usize;
+            let finished = finished;
             RUNNING_FOR.with(|running| running.set(id));
             for task in tasks.drain(..) {
                 run_task(task);
             }
             RUNNING_FOR.with(|running| running.set(0));
-            tracker.recycle(tasks);
-            tracker.finished(count);
+            finished.tracker.recycle(tasks);
         });
     }
 
@@ -107,10 +123,13 @@ impl Executor {
         RUNNING_FOR.with(|running| running.get() == id)
     }
 
-    /// Waits until every task handed over so far has finished, or `timeout` passes.
-    /// Returns the number still unfinished.
+    /// Waits until every task handed over so far has finished, but not past `timeout` after
+    /// the first call: concurrent and later callers share that deadline. Returns the number
+    /// still unfinished.
     pub(crate) fn wait_idle(&self, timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
+        let deadline = *self
+            .shutdown_deadline
+            .get_or_init(|| Instant::now() + timeout);
         let mut guard = self.tracker.lock.lock();
         loop {
             let left = self.tracker.in_flight.load(Ordering::Acquire);
@@ -147,16 +166,45 @@ impl Tracker {
     }
 }
 
-/// Runs one task, catching and logging a panic.
-fn run_task(task: Box<dyn TimerTask>) {
-    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| task.run())) {
-        let message = panic
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("(no message)");
-        log::error!("timer task panicked: {message}");
+/// Counts a batch of `count` tasks finished when dropped.
+struct Finished {
+    tracker: Arc<Tracker>,
+    count: usize,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        self.tracker.finished(self.count);
     }
+}
+
+/// Runs one task, catching and logging a panic; never unwinds.
+fn run_task(task: Box<dyn TimerTask>) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
+        log::error!("timer task panicked: {}", panic_message(&*payload));
+        drop_payload(payload);
+    }
+}
+
+/// Drops a panic's payload, whose `Drop` is user code and may panic in turn. The payload of
+/// that second panic is user data as well, so it is leaked rather than dropped: a few
+/// bytes, once, instead of a chain of panics out of the executor's job.
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
+        log::error!(
+            "dropping a timer task's panic payload panicked: {}; leaking that panic's payload",
+            panic_message(&*again)
+        );
+        std::mem::forget(again);
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 impl fmt::Debug for Executor {

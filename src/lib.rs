@@ -60,7 +60,9 @@
 //! - Extreme delays (`i64::MIN`, `i64::MAX`) saturate; nothing overflows.
 //! - A panicking task is caught and logged; the executor keeps going.
 //! - After [`close`](Timer::close), `add` runs nothing and returns a cancelled entry,
-//!   `advance_clock` returns false at once, and waiting tasks are dropped.
+//!   `advance_clock` returns false at once, and waiting tasks are dropped
+//!   ([`stop`](Timer::stop) hands them back instead). Both return once the tasks already
+//!   on the executor have finished (a bounded wait), in every thread that calls them.
 //!
 //! # Implementation
 //!

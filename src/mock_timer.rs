@@ -28,6 +28,10 @@ use crate::{Time, Timer, TimerTask, TimerTaskEntry};
 /// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
 ///
 /// Clones share one clock. [`sleep`](MockTime::sleep) moves it forward and returns at once.
+/// It covers the whole `i64` millisecond range: moved far enough, it stops at `i64::MAX`
+/// ms (it saturates, never wraps). Its [`nanoseconds`](MockTime::nanoseconds) reach
+/// `i64::MAX` 292 years after its start and stay there;
+/// [`nanoseconds_wide`](Time::nanoseconds_wide) goes on.
 ///
 /// # Examples
 ///
@@ -46,23 +50,25 @@ pub struct MockTime {
     clock: Arc<MockClock>,
 }
 
+/// Whole milliseconds: `sleep` moves the clock by whole milliseconds only, and an `i64` of
+/// them covers the whole range, where an `i64` of nanoseconds stops after 292 years.
 struct MockClock {
     wall_ms: AtomicI64,
-    nanos: AtomicI64,
+    hi_res_ms: AtomicI64,
 }
 
 impl MockTime {
     /// The wall clock of a new `MockTime`: 2020-09-13T12:26:40Z, in ms since the epoch.
     const START_WALL_MS: i64 = 1_600_000_000_000;
-    /// The monotonic clock of a new `MockTime`, in ns (10^6 ms).
-    const START_NANOS: i64 = 1_000_000 * NANOS_PER_MS;
+    /// The monotonic clock of a new `MockTime`, in ms.
+    const START_HI_RES_MS: i64 = 1_000_000;
 
     /// Creates a clock at a fixed start: the same for every new `MockTime`.
     pub fn new() -> MockTime {
         MockTime {
             clock: Arc::new(MockClock {
                 wall_ms: AtomicI64::new(Self::START_WALL_MS),
-                nanos: AtomicI64::new(Self::START_NANOS),
+                hi_res_ms: AtomicI64::new(Self::START_HI_RES_MS),
             }),
         }
     }
@@ -74,12 +80,18 @@ impl MockTime {
 
     /// Returns the monotonic clock, in milliseconds.
     pub fn hi_res_clock_ms(&self) -> i64 {
-        self.nanoseconds().div_euclid(NANOS_PER_MS)
+        self.clock.hi_res_ms.load(Ordering::SeqCst)
     }
 
-    /// Returns the monotonic clock, in nanoseconds.
+    /// Returns the monotonic clock, in nanoseconds, saturating at `i64::MAX` (292 years
+    /// after the start; see [`nanoseconds_wide`](Time::nanoseconds_wide) for the rest).
     pub fn nanoseconds(&self) -> i64 {
-        self.clock.nanos.load(Ordering::SeqCst)
+        self.hi_res_clock_ms().saturating_mul(NANOS_PER_MS)
+    }
+
+    /// Returns the monotonic clock, in nanoseconds, over the whole `i64` millisecond range.
+    pub fn nanoseconds_wide(&self) -> i128 {
+        i128::from(self.hi_res_clock_ms()) * i128::from(NANOS_PER_MS)
     }
 
     /// Moves both clocks forward by `ms` milliseconds (saturating); never blocks.
@@ -93,14 +105,13 @@ impl MockTime {
             ms >= 0,
             "MockTime::sleep: ms must not be negative, got {ms}"
         );
-        let nanos = ms.saturating_mul(NANOS_PER_MS);
-        let add = |clock: &AtomicI64, by: i64| {
+        let add = |clock: &AtomicI64| {
             let _ = clock.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                Some(now.saturating_add(by))
+                Some(now.saturating_add(ms))
             });
         };
-        add(&self.clock.wall_ms, ms);
-        add(&self.clock.nanos, nanos);
+        add(&self.clock.wall_ms);
+        add(&self.clock.hi_res_ms);
     }
 }
 
@@ -119,6 +130,10 @@ impl Time for MockTime {
         MockTime::nanoseconds(self)
     }
 
+    fn nanoseconds_wide(&self) -> i128 {
+        MockTime::nanoseconds_wide(self)
+    }
+
     fn hi_res_clock_ms(&self) -> i64 {
         MockTime::hi_res_clock_ms(self)
     }
@@ -132,7 +147,7 @@ impl fmt::Debug for MockTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MockTime")
             .field("milliseconds", &self.milliseconds())
-            .field("nanoseconds", &self.nanoseconds())
+            .field("hi_res_clock_ms", &self.hi_res_clock_ms())
             .finish()
     }
 }
@@ -164,11 +179,20 @@ impl fmt::Debug for MockTime {
 /// assert_eq!(*log.lock().unwrap(), ["a", "b", "c"]);
 /// ```
 ///
+/// # Shutting down
+///
+/// [`close`](Timer::close) and [`stop`](Timer::stop) never block: there is no executor to
+/// wait for. They drop (or hand back) the tasks waiting in the timer; a task that another
+/// thread's `advance_clock` has already taken out to run finishes on that thread, even if
+/// that is after `close` returned. Dropping the timer closes it, so its waiting tasks are
+/// dropped with it, and their handles' [`cancel`](TimerTaskEntry::cancel) returns false.
+///
 /// # Differences from Kafka
 ///
 /// Kafka's `MockTimer` fires a task only once the clock is strictly past its expiration;
 /// this one fires it at its expiration, as `SystemTimer` does. A panic in a task is not
-/// caught: it reaches the test that called `add` or `advance_clock`.
+/// caught: it reaches the test that called `add` or `advance_clock`. Its clock covers the
+/// whole `i64` millisecond range (Kafka's stops after 292 years of nanoseconds).
 pub struct MockTimer {
     time: MockTime,
     /// The order in which tasks run. Taken before the shard's lock.
@@ -300,11 +324,15 @@ impl Timer for MockTimer {
         self.store.len()
     }
 
+    /// Stops the timer; idempotent. The tasks still waiting are dropped without running, on
+    /// this thread, before it returns. Never blocks (see "Shutting down" on [`MockTimer`]).
     fn close(&self) {
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
         drop(self.stop());
     }
 
+    /// Stops the timer like [`close`](Timer::close) and hands back the tasks still waiting,
+    /// in no particular order. Never blocks.
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
         let mut order = self.order.lock();
         if self.closed.swap(true, Ordering::AcqRel) {
@@ -314,6 +342,14 @@ impl Timer for MockTimer {
         let cleared = self.shard().lock().clear();
         drop(order);
         cleared.into_tasks()
+    }
+}
+
+impl Drop for MockTimer {
+    /// Closes the timer: its waiting tasks are dropped, not kept alive by their handles
+    /// (which share only its emptied storage from now on).
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

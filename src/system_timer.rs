@@ -467,26 +467,33 @@ impl SystemTimer {
     }
 
     /// Closes the timer and returns what was still waiting (`None` if it was closed
-    /// already), after waiting for the tasks already on the executor.
+    /// already), after waiting for the tasks already on the executor: in every caller,
+    /// not only the one that closed it (Kafka's `close` awaits the executor in each call),
+    /// up to one deadline that all callers share (see `Executor::wait_idle`).
     fn shut_down(&self) -> Option<Cleared> {
         let cleared = {
+            // Taken also when closed already: a concurrent first caller may still be
+            // clearing, and no task reaches the executor once `closed` is set under it.
             let mut write = self.timing_wheel.write();
             if self.closed.swap(true, Ordering::AcqRel) {
-                return None;
+                None
+            } else {
+                self.delay_queue.close();
+                let mut cleared = Cleared::default();
+                for shard in write.shards_mut() {
+                    cleared.absorb(shard.clear());
+                }
+                self.unfinished.lock().clear();
+                Some(cleared)
             }
-            self.delay_queue.close();
-            let mut cleared = Cleared::default();
-            for shard in write.shards_mut() {
-                cleared.absorb(shard.clear());
-            }
-            cleared
         };
-        self.unfinished.lock().clear();
-        log::debug!(
-            "timer {}: closed with {} tasks still waiting",
-            self.executor_name,
-            cleared.len()
-        );
+        if let Some(cleared) = &cleared {
+            log::debug!(
+                "timer {}: closed with {} tasks still waiting",
+                self.executor_name,
+                cleared.len()
+            );
+        }
         if !self.executor.is_current_thread() {
             let left = self.executor.wait_idle(CLOSE_WAIT);
             if left > 0 {
@@ -496,7 +503,7 @@ impl SystemTimer {
                 );
             }
         }
-        Some(cleared)
+        cleared
     }
 }
 

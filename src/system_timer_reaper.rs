@@ -4,21 +4,29 @@
 //!
 //! - The wrapped timer is shared (`Arc`) by the handle and the reaper thread; the thread
 //!   only calls `advance_clock(200)` on it.
-//! - `shutdown` is set once, by `close`; the thread checks it between polls, so `close`
-//!   waits for at most one poll (200 ms) plus the flush in progress.
+//! - `shutdown` (a flag under its own mutex, with a condvar) is set once, by the first
+//!   `close` or `stop`. The thread checks it between polls. A poll that returns false before
+//!   its 200 ms are up (a closed timer, a timer that does not block, such as `MockTimer`,
+//!   or a panic) is followed by a wait on that condvar for the rest of the 200 ms, so the
+//!   thread never spins, and `close` ends that wait at once.
+//! - `close` and `stop` set `shutdown`, then close the wrapped timer (which wakes a thread
+//!   blocked in `SystemTimer::advance_clock`), then join the thread. So an idle reaper
+//!   closes in the time it takes to wake and join a thread, not in one poll.
 //! - `thread` (the join handle) is taken by the first `close` from another thread, which
 //!   joins it *while holding the mutex*, so a concurrent `close` returns only once the
 //!   thread has ended. A `close` on the reaper thread itself (from a task of a timer that
-//!   runs tasks on its caller, such as `MockTimer`) never touches the mutex: it only sets
+//!   runs tasks on its caller, such as `MockTimer`) never touches that mutex: it only sets
 //!   `shutdown` and closes the timer, and the thread ends after the current poll.
+//! - The two mutexes are never held together, and no user code runs under either.
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::{Timer, TimerTask, TimerTaskEntry};
 
@@ -29,8 +37,8 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// calls `advance_clock(200)` until the reaper is closed.
 ///
 /// [`add`](Timer::add) and [`size`](Timer::size) go to the wrapped timer;
-/// [`close`](Timer::close) stops the thread, then closes the wrapped timer. Dropping the
-/// reaper closes it.
+/// [`close`](Timer::close) and [`stop`](Timer::stop) close the wrapped timer and stop the
+/// thread. Dropping the reaper closes it.
 ///
 /// # Examples
 ///
@@ -47,19 +55,77 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// assert!(timer.is_shutdown());
 /// ```
 ///
+/// A timer the caller shares is a timer too, so the reaper can drive it while the caller
+/// keeps it:
+///
+/// ```
+/// use std::sync::Arc;
+/// use timingwheel::{timer_task, SystemTimer, SystemTimerReaper, Timer};
+///
+/// let shared = Arc::new(SystemTimer::new("shared"));
+/// let reaper = SystemTimerReaper::new("reaper", Arc::clone(&shared));
+/// shared.add(timer_task(60_000, || {}));
+/// assert_eq!(reaper.size(), 1);
+/// assert_eq!(reaper.stop().len(), 1, "closing the reaper closes the shared timer");
+/// assert!(shared.is_closed());
+/// ```
+///
+/// # Shutting down
+///
+/// `close`, `stop` and drop return once the wrapped timer is closed and the reaper thread
+/// has ended, in every thread that calls them (except on the reaper thread itself, which
+/// cannot wait for itself). An idle reaper takes a few milliseconds: closing the wrapped
+/// timer wakes the thread out of its poll. How long they wait for tasks already on the
+/// executor is the wrapped timer's `close` (see [`Timer::close`]); a wrapped timer whose
+/// `advance_clock` does not return when it is closed holds them up until it does.
+///
+/// If the wrapped timer is closed by someone else (it is shared), the thread keeps polling
+/// it, once per 200 ms, until the reaper itself is closed.
+///
 /// # Differences from Kafka
 ///
-/// A panic inside the wrapped timer's `advance_clock` is caught and logged, and the thread
-/// goes on reaping. `close` does not add a no-op task to wake the thread: that task would
-/// not wake it (an expired task bypasses the delay queue), so the wait is one poll either
-/// way.
+/// - A panic inside the wrapped timer's `advance_clock` is caught and logged, and the
+///   thread goes on reaping.
+/// - `close` closes the wrapped timer first, then joins the thread; Kafka joins first,
+///   after adding a no-op task to wake the thread's poll. That task would not wake it here
+///   (a task due at once bypasses the delay queue), while closing the timer does.
+/// - A poll that returns false before its 200 ms are up is followed by a wait for the rest
+///   of them: the thread never spins on a closed timer or on one whose `advance_clock`
+///   does not block (Kafka's reaper spins on a `MockTimer`).
 pub struct SystemTimerReaper {
     timer: Arc<dyn Timer>,
-    shutdown: Arc<AtomicBool>,
+    shutdown: Arc<Shutdown>,
     /// Taken and joined, under the lock, by the first `close` from another thread.
     thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
     finished: Arc<AtomicBool>,
+}
+
+/// The reaper's shutdown flag, and the condvar its thread waits on between early polls.
+struct Shutdown {
+    requested: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shutdown {
+    fn request(&self) {
+        *self.requested.lock() = true;
+        self.wake.notify_all();
+    }
+
+    fn is_requested(&self) -> bool {
+        *self.requested.lock()
+    }
+
+    /// Waits until `until` or until shutdown is requested, whichever comes first.
+    fn wait_until(&self, until: Instant) {
+        let mut requested = self.requested.lock();
+        while !*requested {
+            if self.wake.wait_until(&mut requested, until).timed_out() {
+                return;
+            }
+        }
+    }
 }
 
 impl SystemTimerReaper {
@@ -70,7 +136,10 @@ impl SystemTimerReaper {
     /// Panics if the thread cannot be spawned.
     pub fn new<T: Timer + 'static>(reaper_name: &str, timer: T) -> SystemTimerReaper {
         let timer: Arc<dyn Timer> = Arc::new(timer);
-        let shutdown = Arc::new(AtomicBool::new(false));
+        let shutdown = Arc::new(Shutdown {
+            requested: Mutex::new(false),
+            wake: Condvar::new(),
+        });
         let finished = Arc::new(AtomicBool::new(false));
         let thread = {
             let timer = Arc::clone(&timer);
@@ -81,14 +150,7 @@ impl SystemTimerReaper {
                 .name(reaper_name.to_owned())
                 .spawn(move || {
                     log::debug!("reaper {name}: started");
-                    while !shutdown.load(Ordering::Acquire) {
-                        let poll = catch_unwind(AssertUnwindSafe(|| {
-                            timer.advance_clock(WORK_TIMEOUT_MS);
-                        }));
-                        if poll.is_err() {
-                            log::error!("reaper {name}: advance_clock panicked; reaping on");
-                        }
-                    }
+                    reap(&name, &*timer, &shutdown);
                     log::debug!("reaper {name}: stopped");
                     finished.store(true, Ordering::Release);
                 })
@@ -109,6 +171,23 @@ impl SystemTimerReaper {
     }
 }
 
+/// The reaper thread's loop: polls `timer` until shutdown is requested, at most once per
+/// poll timeout unless a poll flushed a bucket.
+fn reap(name: &str, timer: &dyn Timer, shutdown: &Shutdown) {
+    let poll = Duration::from_millis(WORK_TIMEOUT_MS as u64);
+    while !shutdown.is_requested() {
+        let started = Instant::now();
+        match catch_unwind(AssertUnwindSafe(|| timer.advance_clock(WORK_TIMEOUT_MS))) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(_) => log::error!("reaper {name}: advance_clock panicked; reaping on"),
+        }
+        // Nothing expired. If the poll did not take its full time (a closed timer, one that
+        // does not block, a panic), wait out the rest: never spin.
+        shutdown.wait_until(started + poll);
+    }
+}
+
 impl Timer for SystemTimerReaper {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         self.timer.add(task)
@@ -123,21 +202,31 @@ impl Timer for SystemTimerReaper {
         self.timer.size()
     }
 
+    /// Closes the wrapped timer and stops the reaper thread; idempotent. Returns once the
+    /// timer's `close` has returned (so the tasks already on its executor have finished,
+    /// within its bound) and the thread has ended, also in concurrent callers: an idle
+    /// reaper takes a few milliseconds. On the reaper thread itself it does not wait for
+    /// the thread. See "Shutting down" on [`SystemTimerReaper`].
     fn close(&self) {
-        self.stop_thread();
+        self.shutdown.request();
+        // Wakes a thread blocked in `SystemTimer::advance_clock`.
         self.timer.close();
+        self.join_thread();
     }
 
+    /// Stops the reaper like [`close`](Timer::close), and hands back the tasks still
+    /// waiting in the wrapped timer (its `stop`).
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        self.stop_thread();
-        self.timer.stop()
+        self.shutdown.request();
+        let waiting = self.timer.stop();
+        self.join_thread();
+        waiting
     }
 }
 
 impl SystemTimerReaper {
-    /// Tells the reaper thread to end and, unless called on that thread, waits until it has.
-    fn stop_thread(&self) {
-        self.shutdown.store(true, Ordering::Release);
+    /// Unless called on the reaper thread, waits until it has ended.
+    fn join_thread(&self) {
         // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
         if std::thread::current().id() != self.thread_id {
             // Joined under the lock: a concurrent `close` waits here until the thread ended.

@@ -30,12 +30,43 @@ pub trait Time: Send + Sync + fmt::Debug {
 
     /// Returns a monotonic nanosecond reading from an arbitrary origin (Kafka's
     /// `nanoseconds()`, Java's `System.nanoTime()`).
+    ///
+    /// An `i64` of nanoseconds spans only ±292 years, a thousandth of the `i64`
+    /// millisecond range: a clock that can go further (a [`MockTime`](crate::MockTime)
+    /// moved by `i64::MAX` ms) saturates here at `i64::MIN` or `i64::MAX`, and reports its
+    /// full reading through [`nanoseconds_wide`](Time::nanoseconds_wide).
     fn nanoseconds(&self) -> i64;
 
-    /// Returns a monotonic millisecond reading: [`nanoseconds`](Time::nanoseconds) divided
-    /// by 10^6, rounded down (Kafka's `hiResClockMs()`).
+    /// Returns the same reading as [`nanoseconds`](Time::nanoseconds), wide enough for the
+    /// whole `i64` millisecond range (`i64::MIN` ms to `i64::MAX` ms, in nanoseconds).
+    ///
+    /// The default widens `nanoseconds()`, which is exact for a clock that stays within
+    /// ±292 years of its origin, as a real one does. A clock that can go further overrides
+    /// it; [`nanoseconds`](Time::nanoseconds) is then this reading, saturated to `i64`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{MockTime, Time};
+    ///
+    /// let time = MockTime::new();
+    /// time.sleep(10_000_000_000_000); // 10^13 ms: past the i64 nanosecond range
+    /// assert_eq!(time.nanoseconds(), i64::MAX, "saturated");
+    /// assert_eq!(
+    ///     time.nanoseconds_wide(),
+    ///     i128::from(time.hi_res_clock_ms()) * 1_000_000,
+    ///     "exact"
+    /// );
+    /// ```
+    fn nanoseconds_wide(&self) -> i128 {
+        i128::from(self.nanoseconds())
+    }
+
+    /// Returns a monotonic millisecond reading: [`nanoseconds_wide`](Time::nanoseconds_wide)
+    /// divided by 10^6, rounded down, saturating at the ends of `i64` (Kafka's
+    /// `hiResClockMs()`).
     fn hi_res_clock_ms(&self) -> i64 {
-        self.nanoseconds().div_euclid(NANOS_PER_MS)
+        saturate(self.nanoseconds_wide().div_euclid(NANOS_PER_MS_WIDE))
     }
 
     /// Waits `ms` milliseconds (a mock clock just moves forward).
@@ -43,14 +74,41 @@ pub trait Time: Send + Sync + fmt::Debug {
 }
 
 pub(crate) const NANOS_PER_MS: i64 = 1_000_000;
+const NANOS_PER_MS_WIDE: i128 = NANOS_PER_MS as i128;
 
-/// Returns the monotonic millisecond reading `time` gives now, rounded *up*.
+/// Clamps a wide reading to `i64`.
+fn saturate(value: i128) -> i64 {
+    i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Returns the monotonic millisecond reading `time` gives now, rounded *up*, over the whole
+/// `i64` range (saturating at `i64::MAX`).
 ///
 /// `SystemTimer` computes expirations from this, so that a task never runs before the
 /// instant of its `add` plus its delay (Kafka rounds down and so fires up to 1 ms early).
 pub(crate) fn hi_res_clock_ms_ceil(time: &dyn Time) -> i64 {
-    let nanos = time.nanoseconds();
-    nanos.div_euclid(NANOS_PER_MS) + i64::from(nanos.rem_euclid(NANOS_PER_MS) != 0)
+    let nanos = time.nanoseconds_wide();
+    saturate(
+        nanos.div_euclid(NANOS_PER_MS_WIDE) + i128::from(nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0),
+    )
+}
+
+/// Returns how long, from `time`'s reading now, until its millisecond reading reaches
+/// `due_ms`: the first nanosecond whose reading is `due_ms`. Zero exactly when it already
+/// has (`hi_res_clock_ms() >= due_ms`). Exact over the whole `i64` millisecond range, so a
+/// wait near its end neither saturates to zero (a busy loop) nor overflows; at most
+/// `u64::MAX` ns (584 years).
+///
+/// This is the one reading a delay queue needs per wake-up: whether its head is due, and
+/// if not, how long to sleep.
+#[allow(
+    dead_code,
+    reason = "for the delay queue's waits (issue 10, defect 4): `Time::nanoseconds` saturates past 292 years"
+)]
+pub(crate) fn time_until_ms(time: &dyn Time, due_ms: i64) -> Duration {
+    let due_ns = i128::from(due_ms) * NANOS_PER_MS_WIDE;
+    let left_ns = (due_ns - time.nanoseconds_wide()).max(0);
+    Duration::from_nanos(u64::try_from(left_ns).unwrap_or(u64::MAX))
 }
 
 /// The machine's clocks: [`std::time::Instant`] for the monotonic readings and
@@ -143,5 +201,73 @@ mod tests {
         assert_eq!(hi_res_clock_ms_ceil(&Fixed(-1)), 0);
         assert_eq!(Fixed(5_999_999).hi_res_clock_ms(), 5);
         assert_eq!(Fixed(-1).hi_res_clock_ms(), -1);
+    }
+
+    /// A clock whose wide reading is fixed, anywhere in the `i64` millisecond range.
+    #[derive(Debug)]
+    struct Wide(i128);
+
+    impl Wide {
+        fn at_ms(ms: i64, plus_ns: i128) -> Wide {
+            Wide(i128::from(ms) * NANOS_PER_MS_WIDE + plus_ns)
+        }
+    }
+
+    impl Time for Wide {
+        fn milliseconds(&self) -> i64 {
+            0
+        }
+        fn nanoseconds(&self) -> i64 {
+            saturate(self.0)
+        }
+        fn nanoseconds_wide(&self) -> i128 {
+            self.0
+        }
+        fn sleep(&self, _ms: i64) {}
+    }
+
+    #[test]
+    fn readings_cover_the_whole_millisecond_range() {
+        let far = 10_000_000_000_000; // 10^13 ms, past the i64 nanosecond range
+        assert_eq!(Wide::at_ms(far, 0).hi_res_clock_ms(), far);
+        assert_eq!(Wide::at_ms(far, 0).nanoseconds(), i64::MAX);
+        assert_eq!(hi_res_clock_ms_ceil(&Wide::at_ms(far, 1)), far + 1);
+        assert_eq!(Wide::at_ms(i64::MAX, 0).hi_res_clock_ms(), i64::MAX);
+        assert_eq!(hi_res_clock_ms_ceil(&Wide::at_ms(i64::MAX, 0)), i64::MAX);
+        assert_eq!(hi_res_clock_ms_ceil(&Wide::at_ms(i64::MAX, -1)), i64::MAX);
+        assert_eq!(
+            hi_res_clock_ms_ceil(&Wide::at_ms(i64::MAX, 1)),
+            i64::MAX,
+            "saturates"
+        );
+        assert_eq!(Wide::at_ms(i64::MIN, 0).hi_res_clock_ms(), i64::MIN);
+        assert_eq!(Wide::at_ms(i64::MIN, -1).hi_res_clock_ms(), i64::MIN);
+        assert_eq!(hi_res_clock_ms_ceil(&Wide::at_ms(i64::MIN, 0)), i64::MIN);
+    }
+
+    #[test]
+    fn time_until_ms_is_zero_exactly_when_due_and_exact_near_the_ends() {
+        let ms = Duration::from_millis(1);
+        assert_eq!(time_until_ms(&Fixed(5_000_000), 5), Duration::ZERO);
+        assert_eq!(time_until_ms(&Fixed(5_000_000), 4), Duration::ZERO);
+        assert_eq!(time_until_ms(&Fixed(4_999_999), 5), Duration::from_nanos(1));
+        assert_eq!(
+            time_until_ms(&Fixed(5_000_001), 6),
+            Duration::from_nanos(999_999)
+        );
+        // Near the end of the range the wait is still exact: never zero while not due.
+        let end = i64::MAX;
+        assert_eq!(time_until_ms(&Wide::at_ms(end - 1, 0), end), ms);
+        assert_eq!(
+            time_until_ms(&Wide::at_ms(end - 1, 999_999), end),
+            Duration::from_nanos(1)
+        );
+        assert_eq!(time_until_ms(&Wide::at_ms(end, 0), end), Duration::ZERO);
+        assert_eq!(time_until_ms(&Wide::at_ms(i64::MIN, 0), i64::MIN + 1), ms);
+        // Waits beyond what a Duration of nanoseconds holds saturate at u64::MAX ns.
+        assert_eq!(
+            time_until_ms(&Wide::at_ms(i64::MIN, 0), end),
+            Duration::from_nanos(u64::MAX)
+        );
     }
 }

@@ -37,12 +37,43 @@ pub trait Timer: Send + Sync {
     fn size(&self) -> usize;
 
     /// Stops the timer; idempotent. Tasks still waiting are dropped without running.
+    ///
+    /// Afterwards [`add`](Timer::add) runs nothing and returns an entry whose
+    /// [`cancelled`](TimerTaskEntry::cancelled) is true, and
+    /// [`advance_clock`](Timer::advance_clock) returns false at once (a thread blocked in it
+    /// wakes). The handles of the dropped tasks stay valid: their `cancel()` returns false
+    /// (there is nothing left to prevent) and `cancelled()` stays false. Each dropped
+    /// task's `Drop` runs on the calling thread, with no lock held, before `close` returns.
+    /// Dropping a timer closes it.
+    ///
+    /// # Blocking
+    ///
+    /// `close` returns only once the tasks already handed to the executor have finished —
+    /// in every thread that calls it, concurrent callers included — so that nothing the
+    /// timer started outlives it:
+    ///
+    /// - [`SystemTimer`](crate::SystemTimer) first waits for a flush in progress on another
+    ///   thread (it holds the wheel's lock; it runs no user code), then for the task its
+    ///   executor is running and the ones queued behind it. It waits at most 10 s after the
+    ///   first `close` or `stop` of the timer, a deadline all callers share; past it, it
+    ///   logs a warning and returns, and the late tasks still finish on the executor thread.
+    ///   Called on the executor thread itself (from a task), it does not wait: a task cannot
+    ///   wait for itself, or for the tasks queued behind it.
+    /// - [`SystemTimerReaper`](crate::SystemTimerReaper) closes its timer as above, then
+    ///   waits for its reaper thread to end: an idle one ends in a few milliseconds.
+    /// - [`MockTimer`](crate::MockTimer) never blocks: it has no executor, and runs tasks on
+    ///   the threads that call it.
     fn close(&self);
 
     /// Stops the timer like [`close`](Timer::close), and hands back every task still
     /// waiting (neither run, nor handed to the executor, nor cancelled), in no particular
     /// order, so that the caller can fail them (like Netty's `HashedWheelTimer.stop()`).
     /// A second call returns an empty `Vec`.
+    ///
+    /// Blocks as `close` does, for the same tasks. The handles of the tasks handed back
+    /// can no longer cancel them (`cancel()` returns false, `cancelled()` stays false): the
+    /// caller owns them now, to run, fail or drop. Tasks already on the executor are not
+    /// handed back; they finish before `stop` returns.
     ///
     /// # Examples
     ///

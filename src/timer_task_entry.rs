@@ -207,10 +207,10 @@ impl Clone for TimerTaskEntry {
 
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
-        if let Some(shard) = self.shard {
-            if *self.bits.get_mut() & SHARED != 0 {
-                shard.lock().drop_clone(self.key());
-            }
+        if let Some(shard) = self.shard
+            && *self.bits.get_mut() & SHARED != 0
+        {
+            shard.lock().drop_clone(self.key());
         }
     }
 }

@@ -241,7 +241,7 @@ impl ListPart {
     /// new block comes from `blocks`.
     pub(crate) fn push(&mut self, index: u32, blocks: &mut Blocks) -> u32 {
         let position = self.position(self.len);
-        if self.blocks.is_empty() || position as usize % BLOCK == 0 {
+        if self.blocks.is_empty() || (position as usize).is_multiple_of(BLOCK) {
             self.blocks.push_back(blocks.take());
         }
         self.len += 1;
@@ -266,7 +266,7 @@ impl ListPart {
         }
         let last = self.get(self.len - 1);
         self.len -= 1;
-        if self.len == 0 || self.position(self.len) as usize % BLOCK == 0 {
+        if self.len == 0 || (self.position(self.len) as usize).is_multiple_of(BLOCK) {
             let block = self.blocks.pop_back().expect("the last entry has a block");
             blocks.give(block, limit);
         }
@@ -297,7 +297,7 @@ impl ListPart {
             let index = self.get(0);
             self.head = self.position(1);
             self.len -= 1;
-            if self.len == 0 || self.head as usize % BLOCK == 0 {
+            if self.len == 0 || (self.head as usize).is_multiple_of(BLOCK) {
                 let block = self.blocks.pop_front().expect("the head has a block");
                 blocks.give(block, limit);
             }

@@ -100,6 +100,60 @@ fn a_panicking_task_does_not_stop_a_reaper_driven_timer() {
     timer.close();
 }
 
+/// A panic payload whose own `Drop` panics as well.
+struct PanickyPayload;
+
+impl Drop for PanickyPayload {
+    fn drop(&mut self) {
+        panic!("deliberate panic 5d20: the payload's Drop");
+    }
+}
+
+/// Regression (issue 10, defect 2): a task panicking with a payload whose `Drop` panics
+/// killed the executor's job when the payload was dropped after the catch: the rest of its
+/// batch was neither run nor cancelled, the in-flight count never came down, and `close`
+/// waited out its whole 10 s bound.
+#[test]
+fn a_panic_payload_whose_drop_panics_does_not_kill_the_rest_of_the_batch() {
+    /// Tasks on each side of the panicking one, all in one flushed batch.
+    const NEIGHBOURS: usize = 10;
+    /// Far below `close`'s 10 s bound for tasks that never end.
+    const PROMPT: Duration = Duration::from_secs(5);
+    install_logger();
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("payload").time(time.clone()).build();
+    let (tx, rx) = mpsc::channel();
+    let add_reporting = |n: usize| {
+        let tx = tx.clone();
+        timer.add(timer_task(5, move || tx.send(n).unwrap()));
+    };
+    (0..NEIGHBOURS).for_each(add_reporting);
+    timer.add(timer_task(5, || std::panic::panic_any(PanickyPayload)));
+    (NEIGHBOURS..2 * NEIGHBOURS).for_each(add_reporting);
+    time.sleep(5);
+    assert!(timer.advance_clock(0));
+    let mut ran: Vec<usize> = (0..2 * NEIGHBOURS)
+        .map(|_| {
+            rx.recv_timeout(PATIENCE)
+                .expect("a task of the panicking one's batch never ran")
+        })
+        .collect();
+    ran.sort_unstable();
+    assert_eq!(ran, (0..2 * NEIGHBOURS).collect::<Vec<_>>());
+    assert!(
+        logged_errors_containing("payload") >= 1,
+        "the panic was logged"
+    );
+
+    let start = Instant::now();
+    timer.close();
+    let took = start.elapsed();
+    assert!(
+        took < PROMPT,
+        "close waited {took:?} for a task that had already ended"
+    );
+}
+
 struct DropCounted {
     delay_ms: i64,
     drops: Arc<AtomicUsize>,

@@ -406,6 +406,45 @@ fn mock_time_sleep_never_blocks_and_saturates() {
     assert_eq!(time.milliseconds(), i64::MAX);
 }
 
+/// Regression (issue 10, defect 3): `MockTime` kept nanoseconds in an `i64`, so its clock
+/// stopped 292 years after its start and a task due later never ran, whatever
+/// `advance_clock` was asked. The clock now covers the whole `i64` millisecond range and
+/// saturates at its end.
+#[test]
+fn mock_clock_covers_the_whole_millisecond_range_and_saturates() {
+    /// 10^13 ms, about 317 years: beyond what an `i64` of nanoseconds holds.
+    const FAR_MS: i64 = 10_000_000_000_000;
+    let timer = MockTimer::new();
+    let start = timer.time().hi_res_clock_ms();
+    let log = RunLog::default();
+    let far = timer.add(log.task(FAR_MS, "far"));
+    let end = timer.add(log.task(i64::MAX, "end"));
+    assert_eq!(far.expiration_ms(), start + FAR_MS);
+    assert_eq!(end.expiration_ms(), i64::MAX);
+
+    assert!(!timer.advance_clock(FAR_MS - 1));
+    assert_eq!(timer.time().hi_res_clock_ms(), start + FAR_MS - 1);
+    assert!(
+        timer.advance_clock(1),
+        "the clock stopped short of 10^13 ms"
+    );
+    assert_eq!(log.take(), ["far"]);
+    assert_eq!(timer.time().nanoseconds(), i64::MAX, "nanoseconds saturate");
+
+    // To the end of the range, where it stays.
+    assert!(timer.advance_clock(i64::MAX));
+    assert_eq!(log.take(), ["end"]);
+    assert_eq!(timer.time().hi_res_clock_ms(), i64::MAX);
+    assert!(!timer.advance_clock(i64::MAX));
+    assert_eq!(
+        timer.time().hi_res_clock_ms(),
+        i64::MAX,
+        "saturates, never wraps"
+    );
+    assert_eq!(timer.time().milliseconds(), i64::MAX);
+    assert_eq!(timer.size(), 0);
+}
+
 #[test]
 fn timer_shares_the_time_it_was_given() {
     let time = MockTime::new();

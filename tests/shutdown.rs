@@ -1,17 +1,22 @@
-//! Shutdown of `SystemTimer`: `close` with a million pending timers, dropping a timer from
-//! inside its own task, re-entrant tasks and task `Drop`s, idempotence, and what a closed
-//! timer does.
+//! Shutdown: `close` and `stop` of `SystemTimer` with a million pending timers, dropping a
+//! timer from inside its own task, re-entrant tasks and task `Drop`s, idempotence, what a
+//! closed timer does, `stop` racing adds, cancels and drivers, and what every timer type
+//! (`SystemTimer`, `SystemTimerReaper`, `MockTimer`) does with its tasks when it is closed,
+//! stopped or dropped.
 //!
 //! Every wait that could hang on a deadlock goes through a channel with a timeout, so a
 //! deadlock fails the test instead of hanging the suite.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
+use timingwheel::{
+    MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry,
+    timer_task,
+};
 
 mod common;
 use common::Counted;
@@ -482,6 +487,66 @@ fn entries_outliving_their_timer_cancel_to_false_without_panicking() {
     }
 }
 
+/// Per-task counters of a race: how often each task ran, was cancelled (a `cancel()` that
+/// returned true) and was dropped.
+struct Slots {
+    runs: Vec<AtomicUsize>,
+    cancels: Vec<AtomicUsize>,
+    drops: Vec<AtomicUsize>,
+}
+
+impl Slots {
+    fn new(tasks: usize) -> Slots {
+        let zeros = || (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+        Slots {
+            runs: zeros(),
+            cancels: zeros(),
+            drops: zeros(),
+        }
+    }
+
+    /// Task `id`, counting its runs and drops in `slots`.
+    fn task(slots: &Arc<Slots>, id: usize, delay_ms: i64) -> Box<SlotTask> {
+        Box::new(SlotTask {
+            id,
+            delay_ms,
+            slots: Arc::clone(slots),
+        })
+    }
+
+    fn total_runs(&self) -> usize {
+        self.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum()
+    }
+
+    fn drops(&self) -> Vec<usize> {
+        self.drops
+            .iter()
+            .map(|d| d.load(Ordering::SeqCst))
+            .collect()
+    }
+}
+
+struct SlotTask {
+    id: usize,
+    delay_ms: i64,
+    slots: Arc<Slots>,
+}
+
+impl TimerTask for SlotTask {
+    fn delay_ms(&self) -> i64 {
+        self.delay_ms
+    }
+    fn run(self: Box<Self>) {
+        self.slots.runs[self.id].fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for SlotTask {
+    fn drop(&mut self) {
+        self.slots.drops[self.id].fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// `close` in the middle of adds, cancels and flushes on other threads: every task is run
 /// at most once, cancelled at most once, never both, and freed exactly once; nothing runs
 /// after `close` returns; later cancels all return false.
@@ -490,35 +555,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     const THREADS: usize = 3;
     const PER_THREAD: usize = 20_000;
     const TASKS: usize = THREADS * PER_THREAD;
-    struct Slots {
-        runs: Vec<AtomicUsize>,
-        cancels: Vec<AtomicUsize>,
-        drops: Vec<AtomicUsize>,
-    }
-    struct Task {
-        id: usize,
-        delay_ms: i64,
-        slots: Arc<Slots>,
-    }
-    impl TimerTask for Task {
-        fn delay_ms(&self) -> i64 {
-            self.delay_ms
-        }
-        fn run(self: Box<Self>) {
-            self.slots.runs[self.id].fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    impl Drop for Task {
-        fn drop(&mut self) {
-            self.slots.drops[self.id].fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    let zeros = || (0..TASKS).map(|_| AtomicUsize::new(0)).collect();
-    let slots = Arc::new(Slots {
-        runs: zeros(),
-        cancels: zeros(),
-        drops: zeros(),
-    });
+    let slots = Arc::new(Slots::new(TASKS));
     let timer = SystemTimer::new("close-race");
     let stop = AtomicBool::new(false);
     let progress = AtomicUsize::new(0);
@@ -535,11 +572,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             s.spawn(move || {
                 for i in 0..PER_THREAD {
                     let id = t * PER_THREAD + i;
-                    let entry = timer.add(Box::new(Task {
-                        id,
-                        delay_ms: (i % 7) as i64 - 1,
-                        slots: Arc::clone(slots),
-                    }));
+                    let entry = timer.add(Slots::task(slots, id, (i % 7) as i64 - 1));
                     if i % 3 == 0 && entry.cancel() {
                         slots.cancels[id].fetch_add(1, Ordering::SeqCst);
                     }
@@ -555,9 +588,9 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
         timer.close();
         stop.store(true, Ordering::SeqCst);
     });
-    let runs_after_close: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    let runs_after_close = slots.total_runs();
     thread::sleep(Duration::from_millis(50));
-    let runs_later: usize = slots.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+    let runs_later = slots.total_runs();
     assert_eq!(
         runs_later, runs_after_close,
         "tasks ran after close returned"
@@ -589,4 +622,278 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
         assert_eq!(drops, 1, "task {id} freed {drops} times");
     }
     assert_eq!(timer.size(), 0);
+}
+
+/// One timer of each type, named after `name`, boxed so one test can go through all three.
+fn every_timer_type(name: &str) -> [(&'static str, Box<dyn Timer>); 3] {
+    [
+        ("SystemTimer", Box::new(SystemTimer::new(name))),
+        (
+            "SystemTimerReaper",
+            Box::new(SystemTimerReaper::new(name, SystemTimer::new(name))),
+        ),
+        ("MockTimer", Box::new(MockTimer::new())),
+    ]
+}
+
+/// Regression (issue 10, defect 6): a dropped `MockTimer` kept its waiting tasks alive for as
+/// long as any handle lived, and `cancel()` through such a handle still returned true.
+/// Dropping any timer drops its waiting tasks, unrun, and their handles find nothing left.
+#[test]
+fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false() {
+    const WAITING: usize = 100;
+    for (kind, timer) in every_timer_type("dropped") {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let entries: Vec<TimerTaskEntry> = (0..WAITING)
+            .map(|i| timer.add(common::counted(60_000 + i as i64, &runs, &drops)))
+            .collect();
+        let clones: Vec<TimerTaskEntry> = entries.iter().step_by(3).cloned().collect();
+        assert_eq!(timer.size(), WAITING, "{kind}");
+        drop(timer);
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            WAITING,
+            "{kind}: dropping the timer kept its waiting tasks"
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "{kind}");
+        for entry in entries.iter().chain(&clones) {
+            assert!(!entry.cancel(), "{kind}: cancel of a dropped timer's task");
+            assert!(!entry.cancelled(), "{kind}");
+        }
+    }
+}
+
+/// Regression (issue 10, defect 1): of two concurrent `close()` calls only the first waited
+/// for the task already on the executor; the second returned at once while it still ran.
+/// Now every caller of `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
+#[test]
+fn every_concurrent_close_and_stop_waits_for_the_task_already_running() {
+    const CLOSERS: usize = 4;
+    const SLOW: Duration = Duration::from_millis(300);
+    let timers: [(&str, Box<dyn Timer>); 2] = [
+        ("SystemTimer", Box::new(SystemTimer::new("closers"))),
+        (
+            "SystemTimerReaper",
+            Box::new(SystemTimerReaper::new(
+                "closers",
+                SystemTimer::new("closers"),
+            )),
+        ),
+    ];
+    for (kind, timer) in timers {
+        let (started_tx, started_rx) = mpsc::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&finished);
+        timer.add(timer_task(0, move || {
+            started_tx.send(()).unwrap();
+            thread::sleep(SLOW);
+            done.store(true, Ordering::SeqCst);
+        }));
+        started_rx
+            .recv_timeout(DEADLOCK)
+            .expect("the slow task never started");
+        let all_closing = Barrier::new(CLOSERS);
+        // Whether the task had finished when each caller's close or stop returned.
+        let seen: Vec<bool> = thread::scope(|s| {
+            let callers: Vec<_> = (0..CLOSERS)
+                .map(|n| {
+                    let (timer, all_closing, finished) = (&timer, &all_closing, &finished);
+                    s.spawn(move || {
+                        all_closing.wait();
+                        if n % 2 == 0 {
+                            timer.close();
+                        } else {
+                            assert!(timer.stop().is_empty(), "nothing was waiting");
+                        }
+                        finished.load(Ordering::SeqCst)
+                    })
+                })
+                .collect();
+            callers.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        assert!(
+            seen.iter().all(|&finished| finished),
+            "{kind}: a close or stop returned while the task ran (finished as each returned: {seen:?})"
+        );
+    }
+}
+
+/// `stop` hands back exactly the tasks still waiting, on every timer type: not those that
+/// ran (they have finished when `stop` returns) nor those cancelled. A second `stop` hands
+/// back nothing, the handles of handed-back tasks can no longer cancel them, and the
+/// stopped timer refuses new tasks.
+#[test]
+fn stop_hands_back_exactly_the_waiting_tasks_on_every_timer() {
+    const EXPIRED: usize = 10;
+    const WAITING: usize = 20;
+    for (kind, timer) in every_timer_type("stopped") {
+        let (ran_tx, ran_rx) = mpsc::channel();
+        let add = |id: usize, delay_ms: i64| {
+            let ran_tx = ran_tx.clone();
+            timer.add(timer_task(delay_ms, move || ran_tx.send(id).unwrap()))
+        };
+        // Run at once: on the executor, or inside `add` for `MockTimer`.
+        for id in 0..EXPIRED {
+            add(id, 0);
+        }
+        let waiting: Vec<(usize, TimerTaskEntry)> = (EXPIRED..EXPIRED + WAITING)
+            .map(|id| (id, add(id, 60_000 + id as i64)))
+            .collect();
+        let mut still_waiting = Vec::new();
+        for (id, entry) in &waiting {
+            if id % 2 == 0 {
+                assert!(entry.cancel(), "{kind}: task {id}");
+            } else {
+                still_waiting.push(*id);
+            }
+        }
+
+        let handed_back = timer.stop();
+        let mut ran: Vec<usize> = ran_rx.try_iter().collect();
+        ran.sort_unstable();
+        assert_eq!(
+            ran,
+            (0..EXPIRED).collect::<Vec<_>>(),
+            "{kind}: the expired tasks had all run when stop returned"
+        );
+        assert_eq!(timer.size(), 0, "{kind}");
+        assert!(timer.stop().is_empty(), "{kind}: a second stop");
+        for (id, entry) in &waiting {
+            assert!(!entry.cancel(), "{kind}: task {id} was still cancellable");
+            assert_eq!(entry.cancelled(), id % 2 == 0, "{kind}: task {id}");
+        }
+        // Run by the caller (a service would fail them): which tasks came back.
+        let mut back: Vec<usize> = handed_back
+            .into_iter()
+            .map(|task| {
+                task.run();
+                ran_rx
+                    .try_recv()
+                    .expect("a handed-back task reports its id")
+            })
+            .collect();
+        back.sort_unstable();
+        assert_eq!(back, still_waiting, "{kind}");
+
+        for delay_ms in [0, 10] {
+            assert!(
+                add(usize::MAX, delay_ms).cancelled(),
+                "{kind}: add after stop"
+            );
+        }
+        assert!(!timer.advance_clock(0), "{kind}");
+        thread::sleep(Duration::from_millis(20));
+        assert!(ran_rx.try_recv().is_err(), "{kind}: a task ran after stop");
+    }
+}
+
+/// `stop` half-way through three threads' adds (a third of them cancelled at once) while
+/// two more drive the timer, on every timer type: each task ends exactly one way — run
+/// once, cancelled by one `cancel()` that returned true, handed back by `stop`, or refused
+/// by the stopped timer — and is dropped exactly once.
+#[test]
+fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
+    const ADDERS: usize = 3;
+    const PER_ADDER: usize = 10_000;
+    const TASKS: usize = ADDERS * PER_ADDER;
+    const DRIVERS: usize = 2;
+    for (kind, timer) in every_timer_type("stop-race") {
+        let slots = Arc::new(Slots::new(TASKS));
+        let refused: Vec<AtomicBool> = (0..TASKS).map(|_| AtomicBool::new(false)).collect();
+        let entries: Vec<Mutex<Vec<TimerTaskEntry>>> =
+            (0..ADDERS).map(|_| Mutex::new(Vec::new())).collect();
+        let done = AtomicBool::new(false);
+        let progress = AtomicUsize::new(0);
+        let (handed_back, runs_at_stop) = thread::scope(|s| {
+            for _ in 0..DRIVERS {
+                s.spawn(|| {
+                    while !done.load(Ordering::SeqCst) {
+                        timer.advance_clock(1);
+                        thread::yield_now();
+                    }
+                });
+            }
+            for t in 0..ADDERS {
+                let (timer, slots, refused, entries, progress) =
+                    (&timer, &slots, &refused, &entries, &progress);
+                s.spawn(move || {
+                    for i in 0..PER_ADDER {
+                        let id = t * PER_ADDER + i;
+                        // Already expired, due within a few ms, or a minute out.
+                        let delay_ms = if i % 5 == 0 {
+                            60_000
+                        } else {
+                            (i % 7) as i64 - 1
+                        };
+                        let entry = timer.add(Slots::task(slots, id, delay_ms));
+                        if entry.cancelled() {
+                            refused[id].store(true, Ordering::SeqCst);
+                        } else if i % 3 == 0 && entry.cancel() {
+                            slots.cancels[id].fetch_add(1, Ordering::SeqCst);
+                        }
+                        entries[t].lock().unwrap().push(entry);
+                        progress.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+            while progress.load(Ordering::SeqCst) < TASKS / 2 {
+                thread::yield_now();
+            }
+            let handed_back = timer.stop();
+            let runs_at_stop = slots.total_runs();
+            done.store(true, Ordering::SeqCst);
+            (handed_back, runs_at_stop)
+        });
+        if kind != "MockTimer" {
+            // (A `MockTimer` runs tasks on its drivers: one may finish a task it took
+            // before `stop`.)
+            thread::sleep(Duration::from_millis(20));
+            assert_eq!(
+                slots.total_runs(),
+                runs_at_stop,
+                "{kind}: tasks ran after stop returned"
+            );
+        }
+        for entry in entries.iter().flat_map(|e| e.lock().unwrap().clone()) {
+            assert!(
+                !entry.cancel(),
+                "{kind}: a task was left pending after stop"
+            );
+        }
+        let drops_before = slots.drops();
+        let returned = handed_back.len();
+        drop(handed_back);
+        let drops_after = slots.drops();
+
+        let mut endings = [0usize; 4];
+        for id in 0..TASKS {
+            let ways = [
+                slots.runs[id].load(Ordering::SeqCst),
+                slots.cancels[id].load(Ordering::SeqCst),
+                drops_after[id] - drops_before[id],
+                usize::from(refused[id].load(Ordering::SeqCst)),
+            ];
+            assert_eq!(
+                ways.iter().sum::<usize>(),
+                1,
+                "{kind}: task {id} ended {ways:?} ways (ran, cancelled, handed back, refused)"
+            );
+            assert_eq!(
+                drops_after[id], 1,
+                "{kind}: task {id} dropped {} times",
+                drops_after[id]
+            );
+            for (count, way) in endings.iter_mut().zip(ways) {
+                *count += way;
+            }
+        }
+        eprintln!("{kind}: {endings:?} tasks ran, were cancelled, handed back, refused");
+        assert_eq!(endings[2], returned, "{kind}");
+        assert!(
+            endings.iter().all(|&count| count > 0),
+            "{kind}: the race was not exercised: {endings:?}"
+        );
+        assert_eq!(timer.size(), 0, "{kind}");
+    }
 }

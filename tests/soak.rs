@@ -195,7 +195,7 @@ fn soak_nothing_lost_doubled_or_early() {
                             }
                         }
                         adds += 1;
-                        if adds % ADDS_PER_PAUSE == 0 {
+                        if adds.is_multiple_of(ADDS_PER_PAUSE) {
                             thread::sleep(Duration::from_millis(1));
                         }
                     }

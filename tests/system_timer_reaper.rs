@@ -16,9 +16,14 @@
 //!   polling for it with `waitForCondition`: this port's `close` joins the thread.
 //! - `testRejectsNullName` and `testRejectsNullTimer` are not ported: Rust's types rule
 //!   out a null name or timer.
-//! - Added: a closed reaper refuses tasks; `close` returns within a bound; dropping the
-//!   reaper closes it; a panic in the wrapped timer's `advance_clock` does not end the
-//!   reaper; the thread carries `reaper_name`; `add`, `size` and `advance_clock` delegate.
+//! - Added: a closed reaper refuses tasks; an idle reaper's `close`, `stop` and drop take
+//!   milliseconds, not its 200 ms poll; concurrent `close` calls all wait for the thread;
+//!   a reaper whose shared timer was closed elsewhere does not spin; dropping the reaper
+//!   closes it; a panic in the wrapped timer's `advance_clock` does not end the reaper; the
+//!   thread carries `reaper_name`; `add`, `size` and `advance_clock` delegate.
+//!
+//! (`stop`, and `close` racing a task on the executor, are tested on every timer type in
+//! `tests/shutdown.rs`.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -102,7 +107,7 @@ struct Record {
 }
 
 /// A timer that records how the reaper drives it (Kafka's test uses a Mockito mock).
-/// Holds no tasks; `advance_clock` sleeps a little so the reaper does not spin.
+/// Holds no tasks; `advance_clock` sleeps a little, then returns false.
 struct RecordingTimer(Arc<Record>);
 
 impl RecordingTimer {
@@ -317,18 +322,31 @@ fn panic_in_advance_clock_does_not_kill_the_reaper() {
     assert_eq!(record.close_calls.load(Ordering::SeqCst), 1);
 }
 
-/// A `SystemTimer` whose `advance_clock` panics on its first calls.
-struct FlakyTimer {
-    inner: SystemTimer,
+/// A timer that passes every call on to `inner`, counting the calls of `advance_clock` and
+/// panicking in the first `panics_left` of them.
+struct WrappedTimer<T> {
+    inner: T,
+    advance_calls: Arc<AtomicUsize>,
     panics_left: AtomicUsize,
 }
 
-impl Timer for FlakyTimer {
+impl<T> WrappedTimer<T> {
+    fn new(inner: T, panics_left: usize) -> WrappedTimer<T> {
+        WrappedTimer {
+            inner,
+            advance_calls: Arc::default(),
+            panics_left: AtomicUsize::new(panics_left),
+        }
+    }
+}
+
+impl<T: Timer> Timer for WrappedTimer<T> {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         self.inner.add(task)
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
+        self.advance_calls.fetch_add(1, Ordering::SeqCst);
         let panic_now = self
             .panics_left
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
@@ -336,7 +354,7 @@ impl Timer for FlakyTimer {
             })
             .is_ok();
         if panic_now {
-            panic!("FlakyTimer: advance_clock told to panic");
+            panic!("WrappedTimer: advance_clock told to panic");
         }
         self.inner.advance_clock(timeout_ms)
     }
@@ -356,10 +374,7 @@ impl Timer for FlakyTimer {
 
 #[test]
 fn tasks_still_fire_after_advance_clock_panicked() {
-    let timer = FlakyTimer {
-        inner: SystemTimer::new("flaky"),
-        panics_left: AtomicUsize::new(2),
-    };
+    let timer = WrappedTimer::new(SystemTimer::new("flaky"), 2);
     let (tx, rx) = mpsc::channel();
     let added = Instant::now();
     add_reporting(&timer.inner, 50, &tx);
@@ -446,12 +461,11 @@ fn a_task_may_close_its_own_reaper() {
     assert!(timer.add(timer_task(1, || {})).cancelled());
 }
 
-/// A timer whose `advance_clock` blocks for 300 ms, like a reaper's long poll, and then
-/// reports whether it was closed meanwhile.
+/// A timer whose `advance_clock` blocks for 300 ms, like a reaper's long poll, and which
+/// `close` does not wake.
 struct SlowPollTimer {
     polling: mpsc::SyncSender<()>,
-    closed_while_polling: Arc<AtomicBool>,
-    closed: AtomicBool,
+    closed: Arc<AtomicBool>,
 }
 
 impl Timer for SlowPollTimer {
@@ -465,9 +479,6 @@ impl Timer for SlowPollTimer {
     fn advance_clock(&self, _timeout_ms: i64) -> bool {
         let _ = self.polling.try_send(());
         thread::sleep(Duration::from_millis(300));
-        if self.closed.load(Ordering::SeqCst) {
-            self.closed_while_polling.store(true, Ordering::SeqCst);
-        }
         false
     }
 
@@ -486,35 +497,37 @@ impl Timer for SlowPollTimer {
 }
 
 #[test]
-fn concurrent_close_returns_only_after_the_thread_ended() {
+fn concurrent_close_returns_only_after_the_thread_ended_and_the_timer_closed() {
     let (polling_tx, polling_rx) = mpsc::sync_channel(1);
-    let closed_while_polling = Arc::new(AtomicBool::new(false));
+    let closed = Arc::new(AtomicBool::new(false));
     let reaper = SystemTimerReaper::new(
         "closed-twice",
         SlowPollTimer {
             polling: polling_tx,
-            closed_while_polling: Arc::clone(&closed_while_polling),
-            closed: AtomicBool::new(false),
+            closed: Arc::clone(&closed),
         },
     );
     polling_rx
         .recv_timeout(SOON)
         .expect("the reaper never polled");
-    thread::scope(|s| {
-        // The first close waits for the 300 ms poll to end.
-        s.spawn(|| reaper.close());
-        thread::sleep(Duration::from_millis(50));
-        // The second, meanwhile, must wait as well, not return at once.
+    let close_and_check = || {
         reaper.close();
         assert!(
             reaper.is_shutdown(),
-            "a concurrent close returned while the reaper thread was still running"
+            "a close returned while the reaper thread was still running"
         );
+        assert!(
+            closed.load(Ordering::SeqCst),
+            "a close returned before the wrapped timer was closed"
+        );
+    };
+    thread::scope(|s| {
+        // The first close waits for the 300 ms poll to end.
+        s.spawn(close_and_check);
+        thread::sleep(Duration::from_millis(50));
+        // The second, meanwhile, must wait as well, not return at once.
+        close_and_check();
     });
-    assert!(
-        !closed_while_polling.load(Ordering::SeqCst),
-        "the wrapped timer was closed before the reaper thread stopped"
-    );
 }
 
 #[test]
@@ -524,7 +537,8 @@ fn a_task_on_the_reaper_thread_may_close_the_reaper() {
     let slot: Arc<Mutex<Option<Weak<SystemTimerReaper>>>> = Arc::default();
     let (tx, rx) = mpsc::channel();
     let task_slot = Arc::clone(&slot);
-    timer.add(timer_task(200_000, move || {
+    // Due at the reaper's first poll, which moves the mock clock 200 ms.
+    timer.add(timer_task(200, move || {
         let start = Instant::now();
         let reaper = loop {
             if let Some(reaper) = task_slot.lock().unwrap().as_ref().and_then(Weak::upgrade) {
@@ -545,6 +559,69 @@ fn a_task_on_the_reaper_thread_may_close_the_reaper() {
         .recv_timeout(SOON)
         .expect("close from the reaper thread deadlocked or the task never ran");
     assert_eq!(ran_on.as_deref(), Some("self-closing-mock"));
+    reaper.close();
+    assert!(reaper.is_shutdown());
+}
+
+/// An idle reaper's `close`, `stop` and drop, timed over many reapers: each wakes the
+/// thread out of its 200 ms poll instead of waiting it out (before the fix they took
+/// 150-200 ms). Half of the timers have a task pending an hour out, so the poll sleeps on
+/// the delay queue's head rather than on an empty queue.
+#[test]
+fn an_idle_reaper_closes_stops_and_drops_in_milliseconds() {
+    const RUNS: usize = 60;
+    /// Time for the reaper thread to enter its poll.
+    const SETTLE: Duration = Duration::from_millis(10);
+    /// Loose: a scheduling hiccup on a busy machine, far below the 200 ms poll.
+    const BOUND: Duration = Duration::from_millis(100);
+    let mut took: Vec<Duration> = (0..RUNS)
+        .map(|run| {
+            let reaper = SystemTimerReaper::new("idle", SystemTimer::new("idle"));
+            if run % 2 == 0 {
+                reaper.add(timer_task(3_600_000, || {}));
+            }
+            thread::sleep(SETTLE);
+            let start = Instant::now();
+            match run % 3 {
+                0 => reaper.close(),
+                1 => assert_eq!(reaper.stop().len(), usize::from(run % 2 == 0)),
+                _ => drop(reaper),
+            }
+            start.elapsed()
+        })
+        .collect();
+    took.sort_unstable();
+    let (median, max) = (took[RUNS / 2], took[RUNS - 1]);
+    eprintln!("idle reaper close/stop/drop over {RUNS} runs: median {median:?}, max {max:?}");
+    assert!(max < BOUND, "median {median:?}, max {max:?}");
+}
+
+/// A reaper whose wrapped timer is shared (`Arc`) and closed by its other owner: the
+/// timer's `advance_clock` now returns false at once, and the reaper must not turn that
+/// into a busy loop. It polls at most once per 200 ms until it is closed itself.
+#[test]
+fn a_reaper_whose_shared_timer_was_closed_elsewhere_does_not_spin() {
+    const WINDOW: Duration = Duration::from_millis(600);
+    /// Three polls fit in the window; a spinning thread makes hundreds of thousands.
+    const MAX_POLLS: usize = 10;
+    let shared = Arc::new(SystemTimer::new("shared"));
+    let counted = WrappedTimer::new(Arc::clone(&shared), 0);
+    let advance_calls = Arc::clone(&counted.advance_calls);
+    let reaper = SystemTimerReaper::new("shared-reaper", counted);
+    let (tx, rx) = mpsc::channel();
+    reaper.add(timer_task(5, move || tx.send(()).unwrap()));
+    rx.recv_timeout(SOON)
+        .expect("the reaper drove the shared timer");
+
+    shared.close();
+    let before = advance_calls.load(Ordering::SeqCst);
+    thread::sleep(WINDOW);
+    let polls = advance_calls.load(Ordering::SeqCst) - before;
+    assert!(
+        polls <= MAX_POLLS,
+        "{polls} polls of a closed timer in {WINDOW:?}"
+    );
+    assert!(!reaper.is_shutdown(), "only the reaper's own close ends it");
     reaper.close();
     assert!(reaper.is_shutdown());
 }
