@@ -5,8 +5,9 @@
 //! - One [`Mutex`] guards the heap, the sequence counter and the closed flag; one
 //!   [`Condvar`] wakes pollers. No user code runs under the lock.
 //! - Waiting is never busy: a poller sleeps until the head item is due, its timeout passes,
-//!   an earlier item is offered, or the queue is closed. Delays are converted to a
-//!   [`Duration`] in one place, [`DelayQueue::wait_for`], in nanoseconds.
+//!   an earlier item is offered, or the queue is closed. An item is due once the clock's
+//!   `hi_res_clock_ms()` reaches its due time, and the wait until then comes from one place,
+//!   `time::time_until_ms`, exact over the whole `i64` millisecond range.
 //! - An item can go stale (its owner was queued again for an earlier time, or flushed by
 //!   another item): the owner says so through the queue's `is_stale` function. Stale items
 //!   are skipped by the caller when they come out, and pruned once they could make up half
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::Time;
-use crate::time::NANOS_PER_MS;
+use crate::time::time_until_ms;
 
 /// A condvar-based delay queue: items ordered by due time, taken only once due.
 pub(crate) struct DelayQueue<T> {
@@ -143,8 +144,7 @@ impl<T> DelayQueue<T> {
             if state.closed {
                 return None;
             }
-            let now_ns = self.time.nanoseconds();
-            let now_ms = now_ns.div_euclid(NANOS_PER_MS);
+            let now_ms = self.time.hi_res_clock_ms();
             if let Some(due) = Self::take_due(&mut state, now_ms) {
                 return Some(due);
             }
@@ -154,8 +154,11 @@ impl<T> DelayQueue<T> {
                 Some(deadline) => deadline - real_now,
                 None => Duration::MAX,
             };
+            // Zero only if the head became due since `now_ms` was read: then loop once more.
+            // Past the end of the nanosecond range a saturating wait would be zero while
+            // nothing is due, and the poll would spin (issue 10, defect 4).
             let wait = match state.heap.peek() {
-                Some(head) => left.min(Self::wait_for(head.0.due_ms, now_ns)),
+                Some(head) => left.min(time_until_ms(&*self.time, head.0.due_ms)),
                 None => left,
             };
             match Instant::now().checked_add(wait) {
@@ -165,13 +168,6 @@ impl<T> DelayQueue<T> {
                 None => self.available.wait(&mut state),
             }
         }
-    }
-
-    /// The time from `now_ns` until an item due at `due_ms` is due: the first nanosecond
-    /// whose millisecond reading is `due_ms`.
-    fn wait_for(due_ms: i64, now_ns: i64) -> Duration {
-        let due_ns = due_ms.saturating_mul(NANOS_PER_MS);
-        Duration::from_nanos(due_ns.saturating_sub(now_ns).max(0) as u64)
     }
 
     fn take_due(state: &mut State<T>, now_ms: i64) -> Option<Due<T>> {

@@ -101,10 +101,6 @@ pub(crate) fn hi_res_clock_ms_ceil(time: &dyn Time) -> i64 {
 ///
 /// This is the one reading a delay queue needs per wake-up: whether its head is due, and
 /// if not, how long to sleep.
-#[allow(
-    dead_code,
-    reason = "for the delay queue's waits (issue 10, defect 4): `Time::nanoseconds` saturates past 292 years"
-)]
 pub(crate) fn time_until_ms(time: &dyn Time, due_ms: i64) -> Duration {
     let due_ns = i128::from(due_ms) * NANOS_PER_MS_WIDE;
     let left_ns = (due_ns - time.nanoseconds_wide()).max(0);

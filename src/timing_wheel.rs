@@ -361,7 +361,7 @@ impl TimingWheel {
         let mut wheel = self;
         loop {
             let current_time_ms = wheel.current_time_ms();
-            if expiration_ms < current_time_ms.saturating_add(wheel.shape.tick_ms) {
+            if before_next_tick(expiration_ms, current_time_ms, wheel.shape.tick_ms) {
                 return false;
             }
             if expiration_ms < current_time_ms.saturating_add(wheel.shape.interval_ms)
@@ -393,7 +393,7 @@ impl TimingWheel {
         // Each level moves to the time its finer neighbour moved to, as long as that is a
         // tick of its own ahead (Kafka recurses; this walks up the same chain).
         while let Some(wheel) = level {
-            if time_ms < wheel.current_time_ms().saturating_add(wheel.shape.tick_ms) {
+            if before_next_tick(time_ms, wheel.current_time_ms(), wheel.shape.tick_ms) {
                 break;
             }
             time_ms = round_down(time_ms, wheel.shape.tick_ms);
@@ -427,6 +427,13 @@ impl TimingWheel {
     pub(crate) fn lists(&self) -> &[Arc<TimerTaskList>] {
         &self.lists
     }
+}
+
+/// True if `time_ms` comes before `current_time_ms + tick_ms`, computed exactly: with a
+/// saturating sum, a wheel whose time is within a tick of `i64::MAX` would never expire an
+/// entry due at `i64::MAX`, and would re-add it to a due list forever.
+fn before_next_tick(time_ms: i64, current_time_ms: i64, tick_ms: i64) -> bool {
+    i128::from(time_ms) < i128::from(current_time_ms) + i128::from(tick_ms)
 }
 
 /// Rounds `time_ms` down to a multiple of `tick_ms` (> 0), without overflow.

@@ -219,11 +219,13 @@ fn a_million_short_timers_fired_leave_no_heap_behind() {
     timer.close();
 }
 
-/// Regression (defect 3, fixed): with wheel size 1 (allowed) the one bucket holds every
-/// round, and each `add` that moved its expiration pushed another item onto the delay
-/// queue; the items stayed until their due time, even when every task was cancelled
-/// (10^6 add+cancel alternating 10 ms and 1 h left ~25 MB live). A bucket now keeps its
-/// earliest expiration and is queued again only when that moves earlier.
+/// Regression (defect 3 of the first round, and issue 10's defect 5): with wheel size 1
+/// (allowed) the one bucket holds every round, and each `add` that moved its expiration
+/// earlier pushed another item onto the delay queue; the items stayed until their due time,
+/// even when every task was cancelled (10^6 add+cancel alternating 10 ms and 1 h left ~25 MB
+/// live, and so did delays counting down, which move it earlier on every add). A list now
+/// keeps its earliest expiration, and the delay queue prunes the items its lists have
+/// since been queued again over.
 #[test]
 fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -232,9 +234,24 @@ fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
         .time(MockTime::new())
         .build();
     barrier(&timer);
-    assert_rounds_leave_nothing("wheel size 1 add+cancel", || {
+    assert_rounds_leave_nothing("wheel size 1 add+cancel, alternating", || {
         for i in 0..TIMERS {
             let delay_ms = if i % 2 == 0 { 10 } else { 3_600_000 };
+            assert!(timer.add(timer_task(delay_ms, || {})).cancel());
+        }
+        assert_eq!(timer.size(), 0);
+    });
+    timer.close();
+    // A new timer: the one above keeps its list's expiration at 10 ms (nothing flushes it),
+    // so delays counting down from there would never move it.
+    let timer = SystemTimer::builder("leak-one-down")
+        .wheel_size(1)
+        .time(MockTime::new())
+        .build();
+    barrier(&timer);
+    assert_rounds_leave_nothing("wheel size 1 add+cancel, counting down", || {
+        for i in 0..TIMERS {
+            let delay_ms = 10 + (TIMERS - i) as i64;
             assert!(timer.add(timer_task(delay_ms, || {})).cancel());
         }
         assert_eq!(timer.size(), 0);

@@ -356,3 +356,81 @@ fn size_no_longer_counts_a_task_once_it_runs() {
         );
     }
 }
+
+/// Runs `f` on a thread of its own and returns its result, or panics if it takes more than
+/// `limit` (instead of hanging the test run).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = channel();
+    thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .expect("did not return within its time limit")
+}
+
+/// Regression (issue 10, defect 4, first half): once the wheel's time was within a tick of
+/// `i64::MAX`, an entry due at `i64::MAX` was never expired (the check saturated), and
+/// `advance_clock` re-added it to a due list forever.
+#[test]
+fn tasks_due_at_the_end_of_the_clock_run_when_it_gets_there() {
+    for (tick_ms, wheel_size) in [(1, 20), (49, 4), (1, 1)] {
+        let ran = within(Duration::from_secs(30), move || {
+            let time = timingwheel::MockTime::new();
+            let timer = SystemTimer::builder("end")
+                .time(time.clone())
+                .tick_ms(tick_ms)
+                .wheel_size(wheel_size)
+                .build();
+            let ran = Arc::new(AtomicUsize::new(0));
+            for delay_ms in [i64::MAX, 1_000] {
+                let ran = Arc::clone(&ran);
+                timer.add(timer_task(delay_ms, move || {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                }));
+            }
+            time.sleep(i64::MAX);
+            assert_eq!(time.hi_res_clock_ms(), i64::MAX);
+            while timer.advance_clock(0) {}
+            timer.close();
+            ran.load(Ordering::SeqCst)
+        });
+        assert_eq!(ran, 2, "tick {tick_ms}, wheel size {wheel_size}");
+    }
+}
+
+/// Returns the CPU time the calling thread has used, from Linux's scheduler statistics
+/// (`None` elsewhere).
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos: u64 = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
+}
+
+/// Regression (issue 10, defect 4): near the end of the clock's range the delay queue's
+/// wait saturated to zero while its head was not due, so `advance_clock(500)` spun for the
+/// whole timeout (490 ms of CPU) instead of sleeping.
+#[test]
+fn advance_clock_sleeps_near_the_end_of_the_clocks_range() {
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let time = timingwheel::MockTime::new();
+    let timer = SystemTimer::builder("near-end").time(time.clone()).build();
+    time.sleep(i64::MAX - time.hi_res_clock_ms() - 60_000);
+    timer.add(timer_task(30_000, || {}));
+    // The wheel's clock is far behind the jump: the first calls move the task down.
+    while timer.advance_clock(0) {}
+    let (cpu_before, started) = (thread_cpu(), Instant::now());
+    assert!(!timer.advance_clock(TIMEOUT.as_millis() as i64));
+    let (cpu_after, waited) = (thread_cpu(), started.elapsed());
+    assert!(waited >= TIMEOUT, "returned after {waited:?}");
+    if let (Some(before), Some(after)) = (cpu_before, cpu_after) {
+        // Spinning would use about the whole timeout; sleeping, a tick of accounting at most.
+        assert!(
+            after - before < TIMEOUT / 3,
+            "used {:?} of CPU in a {waited:?} wait",
+            after - before
+        );
+    }
+    time.sleep(30_000);
+    assert!(timer.advance_clock(0), "the task's list is due now");
+    timer.close();
+}
