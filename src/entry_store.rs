@@ -216,14 +216,21 @@ impl Slots {
             .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
     }
 
-    /// Stores an occupant in a vacant slot; `None` if the shard is full.
-    fn insert(&mut self, task: Box<dyn TimerTask>, expiration_ms: i64) -> Option<EntryKey> {
-        if self.len == SHARD_SLOTS {
-            return None;
-        }
+    /// True if no slot is left: every slot is occupied, or no page can be added.
+    fn is_full(&self) -> bool {
+        self.len == SHARD_SLOTS
+            || (self.partial.is_empty() && self.unused.is_empty() && self.pages.len() == MAX_PAGES)
+    }
+
+    /// Stores an occupant in a vacant slot and returns its key.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the shard [is full](Slots::is_full): callers check first.
+    fn insert(&mut self, task: Box<dyn TimerTask>, expiration_ms: i64) -> EntryKey {
         let number = match self.partial.last() {
             Some(&number) => number,
-            None => self.new_page()?,
+            None => self.new_page().expect("insert into a full shard"),
         };
         let entry = &mut self.pages[number as usize];
         let page = entry.page.as_mut().expect("a partial page exists");
@@ -258,10 +265,10 @@ impl Slots {
             self.unlist_partial(at);
         }
         self.len += 1;
-        Some(EntryKey {
+        EntryKey {
             index: (number << PAGE_SHIFT) | offset,
             generation,
-        })
+        }
     }
 
     /// Gives an empty page to a page number with none; `None` if every number is in use.
@@ -420,18 +427,18 @@ impl ShardState {
         self.slots.len
     }
 
-    /// Stores a new, unlisted entry and returns its key; `None` if the shard is full.
-    pub(crate) fn insert(
-        &mut self,
-        task: Box<dyn TimerTask>,
-        expiration_ms: i64,
-    ) -> Option<EntryKey> {
+    /// Stores a new, unlisted entry and returns its key.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the shard [is full](ShardState::is_full): callers check first.
+    pub(crate) fn insert(&mut self, task: Box<dyn TimerTask>, expiration_ms: i64) -> EntryKey {
         self.slots.insert(task, expiration_ms)
     }
 
     /// True if the shard cannot take another entry.
     pub(crate) fn is_full(&self) -> bool {
-        self.slots.len == SHARD_SLOTS
+        self.slots.is_full()
     }
 
     /// True if `key` names a pending entry.
@@ -827,9 +834,9 @@ mod tests {
     #[test]
     fn stale_keys_never_reach_a_new_occupant() {
         let mut state = unlisted_state();
-        let old = state.insert(Box::new(Nop), 1).unwrap();
+        let old = state.insert(Box::new(Nop), 1);
         assert!(state.take(old).is_some());
-        let new = state.insert(Box::new(Nop), 1).unwrap();
+        let new = state.insert(Box::new(Nop), 1);
         assert_eq!(new.index, old.index, "the slot is reused");
         assert_ne!(new.generation, old.generation);
         assert!(state.take(old).is_none());
@@ -850,7 +857,7 @@ mod tests {
                 .count()
         };
         let keys: Vec<EntryKey> = (0..3 * PAGE_SLOTS)
-            .map(|i| state.insert(Box::new(Nop), i as i64).unwrap())
+            .map(|i| state.insert(Box::new(Nop), i as i64))
             .collect();
         assert_eq!(pages(&state), 3);
         for &key in &keys[..2 * PAGE_SLOTS] {
@@ -864,7 +871,7 @@ mod tests {
         assert_eq!(state.take_released().0.len(), 1, "the other one freed");
         // The numbers come back with fresh pages; no old key reaches a new occupant.
         let again: Vec<EntryKey> = (0..2 * PAGE_SLOTS)
-            .map(|i| state.insert(Box::new(Nop), i as i64).unwrap())
+            .map(|i| state.insert(Box::new(Nop), i as i64))
             .collect();
         for key in &keys[..2 * PAGE_SLOTS] {
             assert!(!state.slots.is_live(*key));
@@ -878,8 +885,8 @@ mod tests {
     #[test]
     fn a_slot_at_the_last_generation_is_retired() {
         let mut state = unlisted_state();
-        let first = state.insert(Box::new(Nop), 0).unwrap();
-        let keep = state.insert(Box::new(Nop), 0).unwrap();
+        let first = state.insert(Box::new(Nop), 0);
+        let keep = state.insert(Box::new(Nop), 0);
         // As if the slot had had u32::MAX - 1 occupants before.
         state.slots.slot_mut(first.index).generation = u32::MAX;
         let number = (first.index >> PAGE_SHIFT) as usize;
@@ -893,34 +900,39 @@ mod tests {
             generation: u32::MAX,
         };
         assert!(state.take(last).is_some());
-        let next = state.insert(Box::new(Nop), 0).unwrap();
+        let next = state.insert(Box::new(Nop), 0);
         assert_ne!(next.index, first.index, "the retired slot is not reused");
         assert!(state.take(next).is_some());
         assert!(state.take(keep).is_some());
         // The emptied page leaves u32::MAX as its number's base: the number is retired too.
         assert!(state.slots.unused.is_empty());
-        let fresh = state.insert(Box::new(Nop), 0).unwrap();
+        let fresh = state.insert(Box::new(Nop), 0);
         assert_ne!(fresh.index >> PAGE_SHIFT, first.index >> PAGE_SHIFT);
     }
 
     #[test]
-    fn a_full_shard_refuses_inserts() {
+    fn a_shard_is_full_when_its_slots_or_its_page_numbers_run_out() {
         let mut state = unlisted_state();
+        assert!(!state.is_full());
         state.slots.len = SHARD_SLOTS;
-        assert!(state.insert(Box::new(Nop), 0).is_none());
+        assert!(state.is_full());
+        state.slots.len = 0;
+        state.slots.pages.resize_with(MAX_PAGES, || PageEntry {
+            page: None,
+            generation_base: u32::MAX,
+        });
+        assert!(state.is_full(), "every page number retired");
     }
 
     #[test]
     fn clear_hands_back_every_task_and_keeps_generations() {
         let mut state = unlisted_state();
-        let keys: Vec<EntryKey> = (0..10)
-            .map(|i| state.insert(Box::new(Nop), i).unwrap())
-            .collect();
+        let keys: Vec<EntryKey> = (0..10).map(|i| state.insert(Box::new(Nop), i)).collect();
         let cleared = state.clear();
         assert_eq!(cleared.len(), 10);
         assert_eq!(cleared.into_tasks().len(), 10);
         assert_eq!(state.len(), 0);
-        let new = state.insert(Box::new(Nop), 0).unwrap();
+        let new = state.insert(Box::new(Nop), 0);
         assert!(keys.iter().all(|key| *key != new));
         assert!(keys.iter().all(|key| state.take(*key).is_none()));
     }
@@ -928,7 +940,7 @@ mod tests {
     #[test]
     fn clone_records_live_as_long_as_their_handles() {
         let mut state = unlisted_state();
-        let key = state.insert(Box::new(Nop), 0).unwrap();
+        let key = state.insert(Box::new(Nop), 0);
         state.add_clone(key, false);
         state.add_clone(key, false);
         state.set_clone_cancelled(key);

@@ -290,9 +290,11 @@ impl Timer for MockTimer {
             return TimerTaskEntry::refused(expiration_ms);
         }
         let mut shard = self.shard().lock();
-        let Some(key) = shard.insert(task, expiration_ms) else {
-            panic!("MockTimer: more than {SHARD_SLOTS} pending tasks");
-        };
+        assert!(
+            !shard.is_full(),
+            "MockTimer: more than {SHARD_SLOTS} pending tasks"
+        );
+        let key = shard.insert(task, expiration_ms);
         let live = shard.len();
         // Cancelled entries outnumber live ones: drop them, in O(live) per O(live) cancels.
         if order.by_expiration.len() > 2 * live + 64 {

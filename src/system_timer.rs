@@ -367,9 +367,7 @@ impl Timer for SystemTimer {
                 read = self.stripe_with_room();
             }
             let (wheel, shard) = read.parts();
-            let key = shard
-                .insert(task, expiration_ms)
-                .expect("the stripe has room");
+            let key = shard.insert(task, expiration_ms);
             let entry = Entry {
                 index: key.index,
                 expiration_ms,

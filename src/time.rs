@@ -66,7 +66,13 @@ pub trait Time: Send + Sync + fmt::Debug {
     /// divided by 10^6, rounded down, saturating at the ends of `i64` (Kafka's
     /// `hiResClockMs()`).
     fn hi_res_clock_ms(&self) -> i64 {
-        saturate(self.nanoseconds_wide().div_euclid(NANOS_PER_MS_WIDE))
+        let nanos = self.nanoseconds_wide();
+        // In i64 whenever it fits (always, for a real clock): an i128 division by a constant
+        // is a library call, an i64 one a multiplication.
+        match i64::try_from(nanos) {
+            Ok(nanos) => nanos.div_euclid(NANOS_PER_MS),
+            Err(_) => saturate(nanos.div_euclid(NANOS_PER_MS_WIDE)),
+        }
     }
 
     /// Waits `ms` milliseconds (a mock clock just moves forward).
@@ -88,9 +94,16 @@ fn saturate(value: i128) -> i64 {
 /// instant of its `add` plus its delay (Kafka rounds down and so fires up to 1 ms early).
 pub(crate) fn hi_res_clock_ms_ceil(time: &dyn Time) -> i64 {
     let nanos = time.nanoseconds_wide();
-    saturate(
-        nanos.div_euclid(NANOS_PER_MS_WIDE) + i128::from(nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0),
-    )
+    match i64::try_from(nanos) {
+        // In i64 whenever it fits, as in `hi_res_clock_ms`.
+        Ok(nanos) => {
+            nanos.div_euclid(NANOS_PER_MS) + i64::from(nanos.rem_euclid(NANOS_PER_MS) != 0)
+        }
+        Err(_) => saturate(
+            nanos.div_euclid(NANOS_PER_MS_WIDE)
+                + i128::from(nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0),
+        ),
+    }
 }
 
 /// Returns how long, from `time`'s reading now, until its millisecond reading reaches
@@ -142,8 +155,12 @@ impl Time for SystemClock {
     }
 
     fn nanoseconds(&self) -> i64 {
-        let since = origin().elapsed().as_nanos();
-        i64::try_from(since)
+        let since = origin().elapsed();
+        // i64 nanoseconds last 292 years from the origin; past that, saturate.
+        i64::try_from(since.as_secs())
+            .ok()
+            .and_then(|secs| secs.checked_mul(1_000_000_000))
+            .and_then(|nanos| nanos.checked_add(i64::from(since.subsec_nanos())))
             .unwrap_or(i64::MAX)
             .saturating_add(ORIGIN_OFFSET_NANOS)
     }

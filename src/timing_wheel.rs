@@ -364,7 +364,7 @@ impl TimingWheel {
             if before_next_tick(expiration_ms, current_time_ms, wheel.shape.tick_ms) {
                 return false;
             }
-            if expiration_ms < current_time_ms.saturating_add(wheel.shape.interval_ms)
+            if before_next_tick(expiration_ms, current_time_ms, wheel.shape.interval_ms)
                 || wheel.is_top()
             {
                 wheel.add_to_list(shard, index, expiration_ms);
@@ -429,11 +429,14 @@ impl TimingWheel {
     }
 }
 
-/// True if `time_ms` comes before `current_time_ms + tick_ms`, computed exactly: with a
-/// saturating sum, a wheel whose time is within a tick of `i64::MAX` would never expire an
-/// entry due at `i64::MAX`, and would re-add it to a due list forever.
-fn before_next_tick(time_ms: i64, current_time_ms: i64, tick_ms: i64) -> bool {
-    i128::from(time_ms) < i128::from(current_time_ms) + i128::from(tick_ms)
+/// True if `time_ms` comes before `current_time_ms + span_ms` (`span_ms > 0`), exactly.
+///
+/// A saturating sum is not exact: a wheel whose time is within a tick of `i64::MAX` would
+/// never expire an entry due at `i64::MAX`, and would re-add it to a due list forever. A
+/// saturating difference is: where the true difference leaves the `i64` range, it is beyond
+/// every span on the same side of zero.
+fn before_next_tick(time_ms: i64, current_time_ms: i64, span_ms: i64) -> bool {
+    time_ms.saturating_sub(current_time_ms) < span_ms
 }
 
 /// Rounds `time_ms` down to a multiple of `tick_ms` (> 0), without overflow.
@@ -642,7 +645,7 @@ mod tests {
             let mut read = self.lock.read_stripe(0);
             let (wheel, shard) = read.parts();
             let expiration_ms = self.c + offset;
-            let key = shard.insert(Box::new(Nop), expiration_ms).unwrap();
+            let key = shard.insert(Box::new(Nop), expiration_ms);
             let added = wheel.add(
                 shard,
                 Entry {
@@ -771,6 +774,19 @@ mod tests {
         }
         assert_eq!(fired, [17, 26]);
         assert!(ex.layout().is_empty());
+    }
+
+    #[test]
+    fn before_next_tick_is_exact_at_the_ends_of_the_range() {
+        assert!(before_next_tick(i64::MAX, i64::MAX - 1, 2));
+        assert!(!before_next_tick(i64::MAX, i64::MAX - 2, 2));
+        assert!(before_next_tick(i64::MIN, i64::MAX, 1), "far in the past");
+        assert!(
+            !before_next_tick(i64::MAX, i64::MIN, i64::MAX),
+            "far in the future"
+        );
+        assert!(before_next_tick(5, 5, 1));
+        assert!(!before_next_tick(6, 5, 1));
     }
 
     #[test]
