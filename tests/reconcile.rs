@@ -2,10 +2,11 @@
 //! stock left reserved, and sane lateness figures.
 
 #[allow(dead_code)]
-#[path = "../examples/reconcile.rs"]
+#[path = "../examples/reconcile/main.rs"]
 mod reconcile;
 
-use reconcile::{Command, Config, Lateness, Report, parse_args, run};
+use reconcile::report::Lateness;
+use reconcile::{Command, Config, Report, parse_args, run};
 
 /// A run small enough for a debug build on a shared 2-core machine.
 fn small(orders: u32, pay_ratio: f64) -> Config {
