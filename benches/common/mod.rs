@@ -49,6 +49,12 @@ impl Rng {
     }
 }
 
+/// The median of `values` (the upper one for an even count).
+pub(crate) fn median<V: Copy + PartialOrd>(mut values: Vec<V>) -> V {
+    values.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
+    values[values.len() / 2]
+}
+
 /// `len` delays uniform in `lo..=hi` ms, from [`SEED`].
 pub(crate) fn delays(len: usize, lo: i64, hi: i64) -> Vec<i64> {
     let mut rng = Rng::new(SEED);
@@ -75,6 +81,10 @@ pub(crate) fn task(delay_ms: i64) -> Box<dyn TimerTask> {
     Box::new(U64Task(delay_ms as u64))
 }
 
+/// Anything a thread holds on to (see [`BenchTimer::enter`]).
+pub(crate) trait Held {}
+impl<T> Held for T {}
+
 /// What every thread-safe timer under test offers.
 pub(crate) trait BenchTimer: Send + Sync {
     /// What `add` returns, to cancel with.
@@ -85,6 +95,13 @@ pub(crate) trait BenchTimer: Send + Sync {
     fn cancel(&self, handle: &Self::Handle) -> bool;
     /// Untimed upkeep between timed chunks (the heap purges lazily cancelled items here).
     fn maintain(&self) {}
+    /// Whatever a thread must hold while it adds (tokio's runtime context); kept for the
+    /// duration of its add loop.
+    fn enter(&self) -> Box<dyn Held + '_> {
+        Box::new(())
+    }
+    /// Tasks pending.
+    fn size(&self) -> usize;
     /// Waits up to `timeout_ms` for something to expire and runs (or hands over) whatever
     /// did. True if anything expired.
     fn advance_clock(&self, timeout_ms: i64) -> bool;
@@ -103,6 +120,9 @@ impl BenchTimer for SystemTimer {
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         Timer::advance_clock(self, timeout_ms)
     }
+    fn size(&self) -> usize {
+        Timer::size(self)
+    }
 }
 
 /// Monotonic nanoseconds on the same clock as `SystemTimer`.
@@ -111,10 +131,10 @@ fn now_ns() -> i64 {
     SystemClock.nanoseconds()
 }
 
-/// Due time in ns of a task added now: never before the add instant plus the delay.
+/// Due time in ns of a task added at `now_ns`: never before that instant plus the delay.
 #[inline]
-fn due_ns(delay_ms: i64) -> i64 {
-    now_ns().saturating_add(delay_ms.saturating_mul(1_000_000))
+fn due_ns(now_ns: i64, delay_ms: i64) -> i64 {
+    now_ns.saturating_add(delay_ms.saturating_mul(1_000_000))
 }
 
 /// How long to wait for an item due at `due_ns`, capped by what is left of a timeout.
@@ -190,7 +210,7 @@ impl BenchTimer for HeapTimer {
     type Handle = Arc<AtomicU8>;
 
     fn add(&self, task: Box<dyn TimerTask>) -> Arc<AtomicU8> {
-        let due_ns = due_ns(task.delay_ms());
+        let due_ns = due_ns(now_ns(), task.delay_ms());
         let state = Arc::new(AtomicU8::new(PENDING));
         let mut guard = self.state.lock().unwrap();
         let seq = guard.next_seq;
@@ -227,6 +247,10 @@ impl BenchTimer for HeapTimer {
                 .retain(|item| item.0.state.load(Ordering::Acquire) == PENDING);
             self.cancelled.store(0, Ordering::Relaxed);
         }
+    }
+
+    fn size(&self) -> usize {
+        self.heap_len()
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
@@ -270,11 +294,13 @@ type TaskMap = BTreeMap<(i64, u64), Box<dyn TimerTask>>;
 
 /// Baseline 2: a `Mutex<BTreeMap>` timer keyed by (due, sequence), with real removal:
 /// `cancel` takes the task out of the map and drops it at once. Expired tasks run on the
-/// driving thread.
+/// driving thread. It runs on [`SystemClock`], or on any [`Time`] (a `MockTime`), where
+/// `advance_clock` then waits for nothing: the clock only moves when the caller moves it.
 pub(crate) struct BTreeTimer {
     /// The map, and the next sequence number.
     state: Mutex<(TaskMap, u64)>,
     available: Condvar,
+    time: Option<Arc<dyn Time>>,
 }
 
 impl BTreeTimer {
@@ -282,7 +308,22 @@ impl BTreeTimer {
         BTreeTimer {
             state: Mutex::new((BTreeMap::new(), 0)),
             available: Condvar::new(),
+            time: None,
         }
+    }
+
+    /// A timer on `time` instead of the system clock.
+    pub(crate) fn on(time: Arc<dyn Time>) -> BTreeTimer {
+        BTreeTimer {
+            time: Some(time),
+            ..BTreeTimer::new()
+        }
+    }
+
+    fn now_ns(&self) -> i64 {
+        self.time
+            .as_ref()
+            .map_or_else(now_ns, |time| time.nanoseconds())
     }
 }
 
@@ -290,7 +331,7 @@ impl BenchTimer for BTreeTimer {
     type Handle = (i64, u64);
 
     fn add(&self, task: Box<dyn TimerTask>) -> (i64, u64) {
-        let due_ns = due_ns(task.delay_ms());
+        let due_ns = due_ns(self.now_ns(), task.delay_ms());
         let mut guard = self.state.lock().unwrap();
         let seq = guard.1;
         guard.1 += 1;
@@ -313,7 +354,7 @@ impl BenchTimer for BTreeTimer {
         let deadline = std::time::Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
         let mut guard = self.state.lock().unwrap();
         loop {
-            let now = now_ns();
+            let now = self.now_ns();
             if guard.0.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
                 let mut due = Vec::new();
                 while let Some(entry) = guard.0.first_entry() {
@@ -329,7 +370,7 @@ impl BenchTimer for BTreeTimer {
                 return true;
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.time.is_some() {
                 return false;
             }
             let wait = match guard.0.first_key_value() {
@@ -338,6 +379,75 @@ impl BenchTimer for BTreeTimer {
             };
             guard = self.available.wait_timeout(guard, wait).unwrap().0;
         }
+    }
+
+    fn size(&self) -> usize {
+        self.state.lock().unwrap().0.len()
+    }
+}
+
+/// Baseline 3: tokio-util's `DelayQueue` behind a `Mutex`, driven by one thread in a
+/// current-thread runtime: how a threaded service would share it. Adding threads enter the
+/// runtime once ([`BenchTimer::enter`]); expired tasks run on the driving thread.
+pub(crate) struct TokioTimer {
+    runtime: tokio::runtime::Runtime,
+    queue: Mutex<tokio_util::time::DelayQueue<Box<dyn TimerTask>>>,
+}
+
+impl TokioTimer {
+    pub(crate) fn new() -> TokioTimer {
+        let runtime = tokio_runtime();
+        let queue = {
+            let _context = runtime.enter();
+            Mutex::new(tokio_util::time::DelayQueue::new())
+        };
+        TokioTimer { runtime, queue }
+    }
+}
+
+impl BenchTimer for TokioTimer {
+    type Handle = tokio_util::time::delay_queue::Key;
+
+    fn enter(&self) -> Box<dyn Held + '_> {
+        Box::new(self.runtime.enter())
+    }
+
+    fn add(&self, task: Box<dyn TimerTask>) -> Self::Handle {
+        let delay = Duration::from_millis(task.delay_ms().max(0) as u64);
+        self.queue.lock().unwrap().insert(task, delay)
+    }
+
+    fn cancel(&self, handle: &Self::Handle) -> bool {
+        self.queue.lock().unwrap().try_remove(handle).is_some()
+    }
+
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        let timeout = Duration::from_millis(timeout_ms.max(0) as u64);
+        self.runtime.block_on(async {
+            let first = tokio::time::timeout(
+                timeout,
+                std::future::poll_fn(|cx| self.queue.lock().unwrap().poll_expired(cx)),
+            )
+            .await;
+            let Ok(Some(first)) = first else {
+                return false;
+            };
+            first.into_inner().run();
+            // Whatever else is due now, without waiting.
+            let waker = std::task::Waker::noop();
+            let mut cx = std::task::Context::from_waker(waker);
+            loop {
+                let next = self.queue.lock().unwrap().poll_expired(&mut cx);
+                match next {
+                    std::task::Poll::Ready(Some(expired)) => expired.into_inner().run(),
+                    _ => return true,
+                }
+            }
+        })
+    }
+
+    fn size(&self) -> usize {
+        self.queue.lock().unwrap().len()
     }
 }
 
