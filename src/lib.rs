@@ -49,6 +49,44 @@
 //! nothing sleeps and nothing races. [`SystemTimer::builder`] can also put the real wheel on
 //! a `MockTime`.
 //!
+//! # Delayed operations: Kafka's purgatory
+//!
+//! On top of the timer, [`DelayedOperationPurgatory`] keeps requests that wait for a
+//! condition or a timeout, whichever comes first — a produce waiting for replica
+//! acknowledgements, a fetch waiting for bytes — watched under the keys they depend on.
+//! Implement [`DelayedOperation`], wrap it in a [`Delayed`], and hand it to
+//! [`try_complete_else_watch`](DelayedOperationPurgatory::try_complete_else_watch); call
+//! [`check_and_complete`](DelayedOperationPurgatory::check_and_complete) when something
+//! changes for a key:
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//! use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+//!
+//! struct Produce { acks: AtomicU32 }
+//! impl DelayedOperation for Produce {
+//!     fn delay_ms(&self) -> i64 { 30_000 }
+//!     fn try_complete(&self) -> bool { self.acks.load(Ordering::SeqCst) >= 3 }
+//!     fn on_complete(&self) { /* send the response */ }
+//!     fn on_expiration(&self) { /* count the timeout */ }
+//! }
+//!
+//! // A MockTimer with the reaper off, so that this example drives time itself.
+//! let purgatory = DelayedOperationPurgatory::<&str, Produce>::builder("Produce")
+//!     .timer(Arc::new(MockTimer::new()))
+//!     .reaper_enabled(false)
+//!     .build();
+//! let produce = Delayed::new(Produce { acks: AtomicU32::new(0) });
+//! assert!(!purgatory.try_complete_else_watch(&produce, &["orders-0"]));
+//! produce.operation().acks.store(3, Ordering::SeqCst); // three replicas caught up
+//! assert_eq!(purgatory.check_and_complete(&"orders-0"), 1);
+//! assert_eq!(purgatory.num_delayed(), 0, "its timeout was cancelled");
+//! ```
+//!
+//! `on_complete` runs exactly once per operation, whatever races; see
+//! [`DelayedOperationPurgatory`] and `docs/design.md`.
+//!
 //! # Guarantees
 //!
 //! - Exactly once: every task added to an open timer is either run once or cancelled once
@@ -63,6 +101,9 @@
 //!   `advance_clock` returns false at once, and waiting tasks are dropped
 //!   ([`stop`](Timer::stop) hands them back instead). Both return once the tasks already
 //!   on the executor have finished (a bounded wait), in every thread that calls them.
+//! - Purgatory: `on_complete` runs exactly once per operation and `on_expiration` at most
+//!   once, only after an expiry; completing an operation cancels its timeout inside the
+//!   call; a completion is never missed.
 //!
 //! # Implementation
 //!
@@ -72,7 +113,8 @@
 //! sleeps until the next non-empty bucket is due instead of ticking through empty ones;
 //! its request purgatory keeps millions of delayed operations on it. This crate ports
 //! Kafka's `SystemTimer`, `TimingWheel`, `TimerTaskList`, `TimerTaskEntry`,
-//! `SystemTimerReaper`, `MockTime` and `MockTimer` (Apache License 2.0), keeping their
+//! `SystemTimerReaper`, `MockTime` and `MockTimer`, and the purgatory's
+//! `DelayedOperation` and `DelayedOperationPurgatory` (Apache License 2.0), keeping their
 //! names and structure. Entries live in 32-byte slots of per-thread shards, and a bucket is
 //! an array of slot indices rather than a linked list, so a flush reads it in order and a
 //! cancel is still O(1). Buckets above the lowest level move their first half down ahead
@@ -84,6 +126,8 @@
 #![warn(rust_2018_idioms)]
 
 mod delay_queue;
+mod delayed_operation;
+mod delayed_operation_purgatory;
 mod entry_store;
 mod executor;
 mod mock_timer;
@@ -98,6 +142,10 @@ mod timer_task_entry;
 mod timer_task_list;
 mod timing_wheel;
 
+pub use delayed_operation::{Delayed, DelayedOperation};
+pub use delayed_operation_purgatory::{
+    DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
+};
 pub use mock_timer::{MockTime, MockTimer};
 pub use system_timer::{SystemTimer, SystemTimerBuilder};
 pub use system_timer_reaper::SystemTimerReaper;

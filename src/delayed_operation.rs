@@ -1,0 +1,458 @@
+//! Kafka's `DelayedOperation`: the user's side ([`DelayedOperation`]) and the operation as
+//! the purgatory tracks it ([`Delayed`]).
+//!
+//! # Ground rules
+//!
+//! - **State machine.** An operation is *pending* or *completed*; `completed` (an
+//!   `AtomicBool`) goes from `false` to `true` once, by one `compare_exchange`, and never
+//!   back. Whoever wins that exchange — a `try_complete` whose user check said yes, a
+//!   `force_complete`, or the expiry task — and only that caller cancels the timeout and
+//!   runs `on_complete`; if it is the expiry task, it then runs `on_expiration`. Every other
+//!   caller loses the exchange and does nothing. So `on_complete` runs exactly once, and
+//!   `on_expiration` at most once and only after an expiry, whatever races.
+//!
+//!   ```text
+//!               try_complete (under lock) / force_complete / expiry (under lock)
+//!   pending ──────────────── one compare_exchange(false, true) ───────────────▶ completed
+//!                       the winner: cancel timeout; on_complete; [on_expiration]
+//!   ```
+//!
+//! - **`lock`** (a reentrant mutex, Kafka's `ReentrantLock`) is held around the user's
+//!   `try_complete` and the completion it triggers, around the expiry task's
+//!   `on_complete` + `on_expiration`, and by the purgatory's `try_complete_else_watch` from
+//!   its first `try_complete` to its second, across the watching. It serialises the user's
+//!   checks; it does not decide completion (the exchange does), so `force_complete` does
+//!   not take it, as in Kafka. Reentrant, so callbacks may call back into their own
+//!   operation.
+//! - **`timeout`** (a `Mutex<Option<TimerTaskEntry>>`) holds the handle of the pending
+//!   timeout. It is a leaf: no other lock is taken and no user code runs while it is held.
+//!   The purgatory stores the handle after `Timer::add`, then reads `completed`; a completer
+//!   sets `completed`, then takes the handle. Both sides take the slot's lock, so at least
+//!   one of them sees the other's write and the timeout is cancelled (an operation never
+//!   keeps a timer entry after it completed).
+//! - **Lock order:** `lock` may be held while taking a watch-list shard of the purgatory
+//!   (watching) or `timeout` (completing); never the other way round. `timeout` is released
+//!   before the timer's own locks are taken (by [`TimerTaskEntry::cancel`]), and no
+//!   purgatory lock is held while the timer runs an expiry.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
+
+use crate::{TimerTask, TimerTaskEntry};
+
+/// Kafka's `DelayedOperation`, the user's side: implement it for your operation.
+///
+/// An operation waits for a condition (enough replica acknowledgements, enough bytes to
+/// fetch) or its timeout, whichever comes first. Wrap it in a [`Delayed`] and hand that to
+/// [`DelayedOperationPurgatory::try_complete_else_watch`](crate::DelayedOperationPurgatory::try_complete_else_watch).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use timingwheel::{Delayed, DelayedOperation};
+///
+/// /// A produce request waiting for `needed` acknowledgements.
+/// struct Produce {
+///     acks: AtomicU32,
+///     needed: u32,
+/// }
+///
+/// impl DelayedOperation for Produce {
+///     fn delay_ms(&self) -> i64 {
+///         30_000
+///     }
+///     fn try_complete(&self) -> bool {
+///         self.acks.load(Ordering::SeqCst) >= self.needed
+///     }
+///     fn on_complete(&self) {
+///         // Send the response.
+///     }
+///     fn on_expiration(&self) {
+///         // Count the timeout.
+///     }
+/// }
+///
+/// let produce = Delayed::new(Produce { acks: AtomicU32::new(0), needed: 2 });
+/// assert!(!produce.try_complete());
+/// produce.operation().acks.store(2, Ordering::SeqCst);
+/// assert!(produce.try_complete());
+/// assert!(produce.is_completed());
+/// ```
+pub trait DelayedOperation: Send + Sync + 'static {
+    /// Returns how long the operation may wait, in milliseconds, from the moment it is
+    /// watched. Read once, when the purgatory adds the timeout to its timer.
+    fn delay_ms(&self) -> i64;
+
+    /// Returns whether the operation can complete now. Called under the operation's lock,
+    /// never once it has completed. Returning true completes it: its timeout is cancelled
+    /// and [`on_complete`](DelayedOperation::on_complete) runs, still under the lock.
+    ///
+    /// Return true rather than calling [`Delayed::force_complete`] from here: the
+    /// purgatory counts a completion by what this returns.
+    fn try_complete(&self) -> bool;
+
+    /// The completion logic (send the response). Runs exactly once per operation, on the
+    /// thread that completed it: a caller of `try_complete`/`check_and_complete`, a caller
+    /// of `force_complete`, or the thread that runs expired timeouts.
+    fn on_complete(&self);
+
+    /// Runs right after [`on_complete`](DelayedOperation::on_complete), on the same thread
+    /// and under the operation's lock, when the operation completed because it expired.
+    /// Never runs for an operation completed any other way.
+    fn on_expiration(&self);
+}
+
+/// An operation as the purgatory tracks it (Kafka's `DelayedOperation` object): the user's
+/// operation, its completed flag, its lock and its timeout.
+///
+/// Clones share all of it (an `Arc` inside); cloning needs no `Op: Clone`. `Send + Sync`.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use timingwheel::{Delayed, DelayedOperation};
+///
+/// #[derive(Default)]
+/// struct Op {
+///     completions: AtomicUsize,
+/// }
+///
+/// impl DelayedOperation for Op {
+///     fn delay_ms(&self) -> i64 {
+///         1_000
+///     }
+///     fn try_complete(&self) -> bool {
+///         false
+///     }
+///     fn on_complete(&self) {
+///         self.completions.fetch_add(1, Ordering::SeqCst);
+///     }
+///     fn on_expiration(&self) {}
+/// }
+///
+/// let op = Delayed::new(Op::default());
+/// let clone = op.clone();
+/// assert!(clone.force_complete());
+/// assert!(!op.force_complete(), "completes once, whichever clone asks");
+/// assert!(op.is_completed());
+/// assert_eq!(op.operation().completions.load(Ordering::SeqCst), 1);
+/// ```
+///
+/// # Differences from Kafka
+///
+/// Kafka's `forceComplete` checks `completed` and then sets it, so two threads (say, a
+/// `forceComplete` and the expiry) can both pass the check and run `onComplete` twice.
+/// Here one `compare_exchange` decides, so `on_complete` runs exactly once under any race.
+/// Completion also cancels the timeout by its handle, which frees the timer's task at once.
+pub struct Delayed<Op> {
+    shared: Arc<Shared<Op>>,
+}
+
+struct Shared<Op> {
+    /// Pending (`false`) or completed (`true`). Changed once, by `compare_exchange`; needs no
+    /// lock.
+    completed: AtomicBool,
+    /// Held around the user's `try_complete` and around the expiry's callbacks (see the
+    /// module's ground rules). Guards no data of its own.
+    lock: ReentrantMutex<()>,
+    /// The handle of the pending timeout, if the purgatory added one and nobody has taken it
+    /// since. Guarded by its own mutex, a leaf lock.
+    timeout: Mutex<Option<TimerTaskEntry>>,
+    /// The user's operation; immutable here (it synchronises its own state).
+    operation: Op,
+}
+
+impl<Op> Clone for Delayed<Op> {
+    fn clone(&self) -> Self {
+        Delayed {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<Op: DelayedOperation> Delayed<Op> {
+    /// Wraps `operation`, pending, with no timeout yet.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use timingwheel::{Delayed, DelayedOperation};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 10 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let op = Delayed::new(Op);
+    /// assert!(!op.is_completed());
+    /// ```
+    pub fn new(operation: Op) -> Delayed<Op> {
+        Delayed {
+            shared: Arc::new(Shared {
+                completed: AtomicBool::new(false),
+                lock: ReentrantMutex::new(()),
+                timeout: Mutex::new(None),
+                operation,
+            }),
+        }
+    }
+
+    /// Returns the user's operation.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use timingwheel::{Delayed, DelayedOperation};
+    /// struct Fetch { min_bytes: usize }
+    /// # impl DelayedOperation for Fetch {
+    /// #     fn delay_ms(&self) -> i64 { 10 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let fetch = Delayed::new(Fetch { min_bytes: 1_024 });
+    /// assert_eq!(fetch.operation().min_bytes, 1_024);
+    /// ```
+    pub fn operation(&self) -> &Op {
+        &self.shared.operation
+    }
+
+    /// Returns true once the operation has completed, whichever way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use timingwheel::{Delayed, DelayedOperation};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 10 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let op = Delayed::new(Op);
+    /// assert!(!op.is_completed());
+    /// op.force_complete();
+    /// assert!(op.is_completed());
+    /// ```
+    pub fn is_completed(&self) -> bool {
+        self.shared.completed.load(Ordering::Acquire)
+    }
+
+    /// Completes the operation now unless it already completed: cancels its timeout and runs
+    /// `on_complete`. Returns true iff this call completed it (Kafka's `forceComplete`).
+    ///
+    /// Does not take the operation's lock (as in Kafka): one atomic exchange decides, so a
+    /// `force_complete` racing a `try_complete` or the expiry on another thread still
+    /// completes the operation once. `on_complete` runs on this thread; a panic in it
+    /// propagates to the caller, and the operation stays completed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 30_000 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) { unreachable!("completed before it expired") }
+    /// # }
+    ///
+    /// let purgatory = DelayedOperationPurgatory::<&str, Op>::builder("produce")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// let op = Delayed::new(Op);
+    /// assert!(!purgatory.try_complete_else_watch(&op, &["topic-0"]));
+    /// assert_eq!(purgatory.num_delayed(), 1);
+    /// assert!(op.force_complete());
+    /// assert_eq!(purgatory.num_delayed(), 0, "its timeout was cancelled inside the call");
+    /// assert!(!op.force_complete());
+    /// ```
+    pub fn force_complete(&self) -> bool {
+        self.complete()
+    }
+
+    /// Under the operation's lock: unless it has completed, asks the user's
+    /// [`try_complete`](DelayedOperation::try_complete) and completes the operation if that
+    /// says so. Returns true iff this call completed it (Kafka's `safeTryComplete`).
+    ///
+    /// Waits for the lock if another thread holds it, so a check made after the operation
+    /// became completable is never skipped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use timingwheel::{Delayed, DelayedOperation};
+    ///
+    /// struct Op(AtomicBool);
+    /// impl DelayedOperation for Op {
+    ///     fn delay_ms(&self) -> i64 { 1_000 }
+    ///     fn try_complete(&self) -> bool { self.0.load(Ordering::SeqCst) }
+    ///     fn on_complete(&self) {}
+    ///     fn on_expiration(&self) {}
+    /// }
+    ///
+    /// let op = Delayed::new(Op(AtomicBool::new(false)));
+    /// assert!(!op.try_complete());
+    /// op.operation().0.store(true, Ordering::SeqCst);
+    /// assert!(op.try_complete());
+    /// assert!(!op.try_complete(), "already completed: the user's check is not asked again");
+    /// ```
+    pub fn try_complete(&self) -> bool {
+        let _locked = self.lock();
+        self.try_complete_locked()
+    }
+
+    /// Returns true if the calling thread holds the operation's lock (Java's
+    /// `ReentrantLock.isHeldByCurrentThread`). Meant for assertions in an operation's
+    /// callbacks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use timingwheel::{Delayed, DelayedOperation};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 10 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let op = Delayed::new(Op);
+    /// assert!(!op.is_locked_by_current_thread());
+    /// ```
+    pub fn is_locked_by_current_thread(&self) -> bool {
+        self.shared.lock.is_owned_by_current_thread()
+    }
+
+    /// Takes the operation's lock (reentrant).
+    pub(crate) fn lock(&self) -> ReentrantMutexGuard<'_, ()> {
+        self.shared.lock.lock()
+    }
+
+    /// `try_complete` for a caller that holds the lock.
+    pub(crate) fn try_complete_locked(&self) -> bool {
+        debug_assert!(self.is_locked_by_current_thread());
+        !self.is_completed() && self.shared.operation.try_complete() && self.complete()
+    }
+
+    /// Wins the one exchange that completes the operation, or returns false. The winner
+    /// cancels the timeout and runs `on_complete`.
+    fn complete(&self) -> bool {
+        if !self.win_completion() {
+            return false;
+        }
+        self.cancel_timeout();
+        self.shared.operation.on_complete();
+        true
+    }
+
+    /// The operation's one decision: true for exactly one caller ever.
+    fn win_completion(&self) -> bool {
+        self.shared
+            .completed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The expiry task's work (Kafka's `DelayedOperation.run`): under the lock, completes the
+    /// operation unless it already completed, then runs `on_expiration`.
+    fn expire(&self) {
+        if self.is_completed() {
+            return;
+        }
+        let _locked = self.lock();
+        if !self.win_completion() {
+            return;
+        }
+        // This very task is running: its handle cancels nothing, it is only let go.
+        drop(self.shared.timeout.lock().take());
+        self.shared.operation.on_complete();
+        self.shared.operation.on_expiration();
+    }
+
+    /// Stores the handle of the timeout just added for this operation. If the operation
+    /// completed meanwhile, cancels it again at once (its completer may have looked at the
+    /// slot before the handle was there).
+    pub(crate) fn set_timeout(&self, entry: TimerTaskEntry) {
+        let replaced = self.shared.timeout.lock().replace(entry);
+        // Watched again: the newer timeout replaces the older one.
+        if let Some(replaced) = replaced {
+            replaced.cancel();
+        }
+        if self.is_completed() {
+            self.cancel_timeout();
+        }
+    }
+
+    /// Cancels the pending timeout, if there is one; its task is dropped inside the call.
+    /// Returns true iff a timeout was cancelled.
+    pub(crate) fn cancel_timeout(&self) -> bool {
+        // Taken out under the slot's lock, cancelled after it is released.
+        let entry = self.shared.timeout.lock().take();
+        entry.is_some_and(|entry| entry.cancel())
+    }
+}
+
+impl<Op> Delayed<Op> {
+    /// Returns true if `self` and `other` are clones of one operation.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use timingwheel::{Delayed, DelayedOperation};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 10 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let a = Delayed::new(Op);
+    /// assert!(a.ptr_eq(&a.clone()));
+    /// assert!(!a.ptr_eq(&Delayed::new(Op)));
+    /// ```
+    pub fn ptr_eq(&self, other: &Delayed<Op>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl<Op> fmt::Debug for Delayed<Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delayed")
+            .field("completed", &self.shared.completed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The timer task of an operation's timeout: when it runs, the operation expires.
+pub(crate) struct Expiry<Op> {
+    operation: Delayed<Op>,
+}
+
+impl<Op: DelayedOperation> Expiry<Op> {
+    /// The timeout of `operation`, due `operation.delay_ms()` after it is added.
+    pub(crate) fn task(operation: Delayed<Op>) -> Box<dyn TimerTask> {
+        Box::new(Expiry { operation })
+    }
+}
+
+impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
+    fn delay_ms(&self) -> i64 {
+        self.operation.operation().delay_ms()
+    }
+
+    fn run(self: Box<Self>) {
+        self.operation.expire();
+    }
+}
