@@ -687,9 +687,19 @@ impl Drop for ShardGuard<'_> {
             drop(state);
         }
         if let Some(released) = released {
-            crate::reclaim::free_later(released);
+            let bytes = slot_bytes(&released.0)
+                + released.1.len() * std::mem::size_of::<crate::timer_task_list::Block>();
+            crate::reclaim::free_later(released, bytes);
         }
     }
+}
+
+/// The bytes that page buffers take.
+fn slot_bytes(buffers: &[Vec<Slot>]) -> usize {
+    buffers
+        .iter()
+        .map(|buffer| buffer.capacity() * std::mem::size_of::<Slot>())
+        .sum()
 }
 
 /// Shards not in use by any timer.
@@ -798,7 +808,8 @@ impl Drop for Cleared {
             drop(slot.task.take());
         }
         if !buffers.is_empty() {
-            crate::reclaim::free_later(buffers);
+            let bytes = slot_bytes(&buffers);
+            crate::reclaim::free_later(buffers, bytes);
         }
     }
 }
