@@ -1,4 +1,5 @@
-//! Criterion micro-benchmarks: `add`, `add` + `cancel`, and two threads adding at once, on
+//! Criterion micro-benchmarks: `add`, `add` + `cancel`, and add + cancel pairs from 1, 2,
+//! 4, ... threads up to the machine's hardware threads (in pairs per second), on
 //! `SystemTimer` and, in the same run, on a `Mutex<BinaryHeap>` timer, a `Mutex<BTreeMap>`
 //! timer and tokio-util's `DelayQueue`.
 //!
@@ -7,7 +8,7 @@
 //! timers a chunk added are cancelled again, so the population stays within a few percent
 //! of N. Nothing is driven during the timed part, so nothing expires.
 //!
-//! `cargo bench --bench timers` for everything; `TIMINGWHEEL_BENCH_QUICK=1` for a reduced
+//! `cargo bench -p timingwheel-benches --bench timers` for everything; `TIMINGWHEEL_BENCH_QUICK=1` for a reduced
 //! set that runs in seconds.
 
 // `criterion_group!` generates an undocumented `pub fn`.
@@ -19,10 +20,10 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tokio_util::time::DelayQueue;
 
-use common::{BTreeTimer, BenchTimer, HeapTimer, delays, quick, task, tokio_runtime};
+use common::{BTreeTimer, BenchTimer, HeapTimer, TokioTimer, delays, quick, task, tokio_runtime};
 use timingwheel::SystemTimer;
 
 /// Delays cycle through a table of this many entries.
@@ -207,10 +208,11 @@ fn bench_tokio(c: &mut Criterion, delays: &[i64]) {
 /// Pending population for the threaded case.
 const THREADED_N: usize = 100_000;
 
-/// `threads` threads each doing `iters` adds at once, in chunks that start together (a
-/// barrier between chunks; cancels untimed). Returns the sum over chunks of the slowest
-/// thread's time: the wall time of `threads * iters` adds.
-fn time_threaded_adds<T: BenchTimer>(
+/// `threads` threads each doing `iters` add + cancel pairs at once, in rounds that start
+/// together (a barrier between rounds): each thread adds a chunk of timers, then cancels
+/// them. Returns the sum over rounds of the slowest thread's time: the wall time of
+/// `threads * iters` pairs.
+fn time_threaded_pairs<T: BenchTimer>(
     timer: &T,
     threads: usize,
     iters: u64,
@@ -224,6 +226,7 @@ fn time_threaded_adds<T: BenchTimer>(
             .map(|t| {
                 let barrier = &barrier;
                 s.spawn(move || {
+                    let _context = timer.enter();
                     let mut at = t * 7919;
                     let mut times = Vec::with_capacity(rounds);
                     let mut handles = Vec::with_capacity(chunk);
@@ -236,11 +239,10 @@ fn time_threaded_adds<T: BenchTimer>(
                             handles.push(timer.add(task(delays[at % DELAY_TABLE])));
                             at += 1;
                         }
-                        times.push(start.elapsed());
-                        barrier.wait();
                         for handle in handles.drain(..) {
                             black_box(timer.cancel(&handle));
                         }
+                        times.push(start.elapsed());
                         left -= k;
                     }
                     times
@@ -255,6 +257,17 @@ fn time_threaded_adds<T: BenchTimer>(
         .sum()
 }
 
+/// 1, 2, 4, ... threads up to the machine's hardware threads, and that number itself.
+fn thread_counts() -> Vec<usize> {
+    let most = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut counts: Vec<usize> = (0..)
+        .map(|shift| 1 << shift)
+        .take_while(|&n| n < most)
+        .collect();
+    counts.push(most);
+    counts
+}
+
 fn bench_threaded_kind<T: BenchTimer>(
     c: &mut Criterion,
     name: &str,
@@ -262,12 +275,13 @@ fn bench_threaded_kind<T: BenchTimer>(
     delays: &[i64],
 ) {
     let (timer, pending) = populated(&make, THREADED_N, delays);
-    let mut group = c.benchmark_group("add_threads");
-    for threads in [1, 2] {
-        // One iteration = one add on each thread; criterion's time per iteration is the
-        // wall time of `threads` adds.
+    let mut group = c.benchmark_group("add_cancel_threads");
+    for threads in thread_counts() {
+        // One iteration = one add + cancel pair on each thread: criterion's throughput is
+        // in pairs per second.
+        group.throughput(Throughput::Elements(threads as u64));
         group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
-            b.iter_custom(|iters| time_threaded_adds(&timer, threads, iters, delays))
+            b.iter_custom(|iters| time_threaded_pairs(&timer, threads, iters, delays))
         });
     }
     group.finish();
@@ -283,6 +297,7 @@ fn benches(c: &mut Criterion) {
     bench_threaded_kind(c, "wheel", || SystemTimer::new("bench"), &delays);
     bench_threaded_kind(c, "heap", HeapTimer::new, &delays);
     bench_threaded_kind(c, "btree", BTreeTimer::new, &delays);
+    bench_threaded_kind(c, "tokio-util", TokioTimer::new, &delays);
 }
 
 criterion_group! {
