@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use tokio_util::time::DelayQueue;
 
-use common::{BTreeTimer, BenchTimer, HeapTimer, TokioTimer, delays, quick, task, tokio_runtime};
+use common::{
+    BTreeTimer, BenchTimer, HeapTimer, TokioTimer, delays, quick, task, thread_counts,
+    tokio_runtime,
+};
 use timingwheel::SystemTimer;
 
 /// Delays cycle through a table of this many entries.
@@ -255,17 +258,6 @@ fn time_threaded_pairs<T: BenchTimer>(
     (0..rounds)
         .map(|r| per_thread.iter().map(|times| times[r]).max().unwrap())
         .sum()
-}
-
-/// 1, 2, 4, ... threads up to the machine's hardware threads, and that number itself.
-fn thread_counts() -> Vec<usize> {
-    let most = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let mut counts: Vec<usize> = (0..)
-        .map(|shift| 1 << shift)
-        .take_while(|&n| n < most)
-        .collect();
-    counts.push(most);
-    counts
 }
 
 fn bench_threaded_kind<T: BenchTimer>(

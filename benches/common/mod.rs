@@ -479,6 +479,17 @@ pub(crate) fn process_cpu_ns() -> u64 {
     total
 }
 
+/// 1, 2, 4, ... threads up to the machine's hardware threads, and that number itself.
+pub(crate) fn thread_counts() -> Vec<usize> {
+    let most = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut counts: Vec<usize> = (0..)
+        .map(|shift| 1 << shift)
+        .take_while(|&n| n < most)
+        .collect();
+    counts.push(most);
+    counts
+}
+
 /// Resident set size of this process in bytes, from `/proc/self/statm`.
 pub(crate) fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
