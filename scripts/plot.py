@@ -6,12 +6,15 @@ Usage:
     python3 scripts/plot.py merge run1.csv run2.csv run3.csv > docs/bench-results.csv
     python3 scripts/plot.py table   docs/bench-results.csv      # markdown tables
     python3 scripts/plot.py svg     docs/bench-results.csv docs/bench-add.svg
+    python3 scripts/plot.py lateness load.csv docs/lateness.svg   # rows from benches/load.rs
 
 `collect` reads target/criterion/<group>/<timer>/<param>/new/estimates.json (the median
 point estimate, in ns per iteration) into CSV rows: group,timer,param,median_ns.
 `merge` takes, per row, the median over several collected runs (the machine is shared, so
 one criterion run can be off; each run's figure is itself a criterion median).
 `svg` draws add and add+cancel ns/op against N (log scale) for every timer in the CSV.
+`lateness` draws p99 and max lateness against N from the rows `benches/load.rs` appends to
+the file named by TIMINGWHEEL_LOAD_CSV.
 """
 
 import csv
@@ -120,44 +123,46 @@ def table(path):
             ratios = [same_run_ratio(runs, (group, t, n), (group, "wheel", n)) for n in ns]
             print(f"| {t} | " + " | ".join("" if r is None else f"{r:.2f}" for r in ratios) + " |")
         print()
-    threads = {(t, p): v for (g, t, p), v in data.items() if g == "add_threads"}
+    threads = {(t, p): v for (g, t, p), v in data.items() if g == "add_cancel_threads"}
     if threads:
-        print("**two threads adding** (10^5 pending), time per iteration = one add on each thread\n")
-        print("| timer | 1 thread, ns/add | 2 threads, ns per 2 adds | throughput 2 threads / 1 thread "
-              "(median of same-run ratios) | each run |")
-        print("|---|---:|---:|---:|---|")
+        counts = sorted({p for (_, p) in threads})
+        print("**add + cancel pairs from several threads** (10^5 pending), million pairs per "
+              "second (criterion's time per iteration is one pair on each thread)\n")
+        print("| timer | " + " | ".join(f"{c} thread{'s' if c > 1 else ''}" for c in counts) + " |")
+        print("|---|" + "---:|" * len(counts))
         for t in TIMERS:
-            one, two = threads.get((t, 1)), threads.get((t, 2))
-            if one and two:
-                key1, key2 = ("add_threads", t, 1), ("add_threads", t, 2)
-                each = [2 * a / b for a, b in zip(runs[key1], runs[key2]) if a and b]
-                ratio = same_run_ratio(runs, key1, key2) * 2
-                print(f"| {t} | {one:.1f} | {two:.1f} | {ratio:.2f}x | "
-                      + ", ".join(f"{r:.2f}x" for r in each) + " |")
+            cells = [threads.get((t, c)) for c in counts]
+            if all(c is None for c in cells):
+                continue
+            print(f"| {t} | " + " | ".join(
+                "" if v is None else f"{c * 1e3 / v:.1f}" for c, v in zip(counts, cells)) + " |")
         print()
 
 
-def svg(path, out_path):
-    data = load(path)
-    panels = [("add", "add: ns per op"), ("add_cancel", "add + cancel: ns per pair")]
+def chart(title, panels, ylabel, out_path):
+    """Draws log-log panels of value against N, one line per timer.
+
+    panels: [(panel title, {timer: [(n, value), ...]})].
+    """
     width, height = 900, 440
     pw, ph = 340, 280  # plot area of one panel
     left0, top = 80, 60
     gap = 110
-    values = [v for (g, _, _), v in data.items() if g in ("add", "add_cancel")]
-    ns = sorted({p for (g, _, p) in data if g == "add"})
-    ticks = [10, 20, 50, 100, 200, 500, 1000, 2000, 5000]
+    values = [v for _, lines in panels for pts in lines.values() for _, v in pts]
+    ns = sorted({n for _, lines in panels for pts in lines.values() for n, _ in pts})
+    ticks = [0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
     ymin = max(t for t in ticks if t <= min(values))
     ymax = min(t for t in ticks if t >= max(values))
     xmin, xmax = math.log10(min(ns)), math.log10(max(ns))
+    if xmax == xmin:
+        xmax = xmin + 1
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">'
-        "Cost per operation against pending timers N (criterion medians, 2-core VM, release)</text>",
+        f'<text x="{width / 2}" y="22" text-anchor="middle" font-size="15">{html.escape(title)}</text>',
     ]
-    for i, (group, title) in enumerate(panels):
+    for i, (panel_title, lines) in enumerate(panels):
         left = left0 + i * (pw + gap)
 
         def x(n):
@@ -166,27 +171,30 @@ def svg(path, out_path):
         def y(v):
             return top + ph - (math.log10(v) - math.log10(ymin)) / (math.log10(ymax) - math.log10(ymin)) * ph
 
-        parts.append(f'<text x="{left + pw / 2}" y="{top - 12}" text-anchor="middle" font-size="13">{title}</text>')
+        parts.append(f'<text x="{left + pw / 2}" y="{top - 12}" text-anchor="middle" '
+                     f'font-size="13">{html.escape(panel_title)}</text>')
         parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
         for v in ticks:
             if ymin <= v <= ymax:
                 parts.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{left + pw}" y2="{y(v):.1f}" stroke="#ddd"/>')
-                parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v}</text>')
+                parts.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
         for n in ns:
             parts.append(f'<line x1="{x(n):.1f}" y1="{top}" x2="{x(n):.1f}" y2="{top + ph}" stroke="#eee"/>')
-            parts.append(f'<text x="{x(n):.1f}" y="{top + ph + 16}" text-anchor="middle">10^{int(round(math.log10(n)))}</text>')
-        parts.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" text-anchor="middle">N pending (log scale)</text>')
+            parts.append(f'<text x="{x(n):.1f}" y="{top + ph + 16}" text-anchor="middle">'
+                         f'10^{int(round(math.log10(n)))}</text>')
+        parts.append(f'<text x="{left + pw / 2}" y="{top + ph + 34}" text-anchor="middle">N (log scale)</text>')
         parts.append(f'<text x="{left - 50}" y="{top + ph / 2}" text-anchor="middle" '
-                     f'transform="rotate(-90 {left - 50} {top + ph / 2})">ns (log scale)</text>')
+                     f'transform="rotate(-90 {left - 50} {top + ph / 2})">{html.escape(ylabel)}</text>')
         for t in TIMERS:
-            pts = [(n, data[(group, t, n)]) for n in ns if (group, t, n) in data]
+            pts = sorted(lines.get(t, []))
             if not pts:
                 continue
             path_d = " ".join(f"{'M' if j == 0 else 'L'}{x(n):.1f},{y(v):.1f}" for j, (n, v) in enumerate(pts))
             parts.append(f'<path d="{path_d}" fill="none" stroke="{COLORS[t]}" stroke-width="2"/>')
             for n, v in pts:
                 parts.append(f'<circle cx="{x(n):.1f}" cy="{y(v):.1f}" r="3" fill="{COLORS[t]}"/>')
-    for j, t in enumerate(TIMERS):
+    shown = [t for t in TIMERS if any(t in lines for _, lines in panels)]
+    for j, t in enumerate(shown):
         cx = left0 + (j % 2) * 380
         cy = height - 38 + (j // 2) * 18
         parts.append(f'<line x1="{cx}" y1="{cy}" x2="{cx + 24}" y2="{cy}" stroke="{COLORS[t]}" stroke-width="3"/>')
@@ -194,6 +202,35 @@ def svg(path, out_path):
     parts.append("</svg>")
     with open(out_path, "w") as f:
         f.write("\n".join(parts) + "\n")
+
+
+def svg(path, out_path):
+    data = load(path)
+    panels = []
+    for group, title in [("add", "add: ns per op"), ("add_cancel", "add + cancel: ns per pair")]:
+        lines = {}
+        for (g, t, n), v in data.items():
+            if g == group:
+                lines.setdefault(t, []).append((n, v))
+        panels.append((title, lines))
+    chart("Cost per operation against pending timers N (criterion medians, 2-core VM, release)",
+          panels, "ns (log scale)", out_path)
+
+
+# Columns of the rows `benches/load.rs` appends to TIMINGWHEEL_LOAD_CSV (medians of its runs).
+LOAD_COLUMNS = ["timer", "n", "p50", "p99", "max", "early", "add_driven", "add_undriven", "longest_add_us"]
+
+
+def lateness(path, out_path):
+    panels = [("p99 lateness, ms", {}), ("max lateness, ms", {})]
+    with open(path) as f:
+        for row in csv.reader(f):
+            row = dict(zip(LOAD_COLUMNS, row))
+            n = int(row["n"])
+            for (_, lines), column in zip(panels, ["p99", "max"]):
+                lines.setdefault(row["timer"], []).append((n, max(float(row[column]), 0.1)))
+    chart("Lateness against N timers added over N/1000 ms while driven (benches/load.rs, 2-core VM)",
+          panels, "ms (log scale)", out_path)
 
 
 def main():
@@ -208,6 +245,8 @@ def main():
         table(sys.argv[2])
     elif cmd == "svg":
         svg(sys.argv[2], sys.argv[3])
+    elif cmd == "lateness":
+        lateness(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
 
