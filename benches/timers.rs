@@ -61,9 +61,12 @@ fn config() -> Criterion {
 /// A timer of kind `T` with `n` pending timers, and the delay table.
 fn populated<T: BenchTimer>(make: impl Fn() -> T, n: usize, delays: &[i64]) -> (T, Vec<T::Handle>) {
     let timer = make();
-    let handles = (0..n)
-        .map(|i| timer.add(task(delays[i % DELAY_TABLE])))
-        .collect();
+    let handles = {
+        let _context = timer.enter();
+        (0..n)
+            .map(|i| timer.add(task(delays[i % DELAY_TABLE])))
+            .collect()
+    };
     (timer, handles)
 }
 
