@@ -35,7 +35,7 @@
 //!   `ScheduledExecutorService`; a seeded xorshift replaces `java.util.Random`. Also
 //!   asserts each operation's `on_complete` ran exactly once.
 
-mod purgatory_common;
+mod common;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,11 +43,9 @@ use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use purgatory_common::Rng;
+use common::PATIENCE;
+use common::rng::Rng;
 use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, hi_res_clock_ms};
-
-/// A loose upper bound for anything that should happen "soon" on a busy 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// The purgatory of `setUp`, shut down on drop (`tearDown`).
 struct Fixture<Op: DelayedOperation> {

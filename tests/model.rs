@@ -29,8 +29,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+
+mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -40,8 +40,6 @@ use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer
 const DEFAULT_CASES: u32 = 256;
 /// Operations per generated sequence, at most.
 const MAX_OPS: usize = 80;
-/// How long a barrier may take before the executor is declared stuck.
-const BARRIER_TIMEOUT: Duration = Duration::from_secs(20);
 /// `advance_clock(0)` calls after one step before the timer is declared to never settle.
 const MAX_ADVANCES_PER_STEP: usize = 1_000;
 
@@ -172,14 +170,7 @@ impl Harness {
 
     /// Waits until every task handed to the executor so far has run.
     fn barrier(&self) {
-        let (tx, rx) = mpsc::channel();
-        // i64::MIN saturates far below every wheel's time: handed over inside `add`.
-        let entry = self
-            .timer
-            .add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
-        assert!(!entry.cancel(), "a barrier goes straight to the executor");
-        rx.recv_timeout(BARRIER_TIMEOUT)
-            .expect("executor did not reach the barrier");
+        common::sync::barrier(&self.timer);
     }
 
     fn add(&mut self, delay_ms: i64, elsewhere: bool) {
@@ -207,7 +198,7 @@ impl Harness {
         let due = self.model.due(expected_expiration);
         let now = i128::from(self.time.hi_res_clock_ms());
         let ran = self.probes[id].runs.load(Ordering::SeqCst) > 0;
-        // A delay of zero or less is already expired (API.md), whatever the clock's
+        // A delay of zero or less is already expired (the `Timer::add` contract), whatever the clock's
         // sub-millisecond part makes of its expiration.
         assert!(
             ran || delay_ms > 0,

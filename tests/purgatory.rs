@@ -1,9 +1,16 @@
 //! The purgatory's own guarantees, one test per rule where it is stricter than Kafka, on an
-//! `Arc<MockTimer>` through the builder with the reaper off unless a test needs a thread.
+//! `Arc<MockTimer>` through the builder with the reaper off unless a test needs a thread;
+//! then, in `mod reaper`, its expiration reaper and shutdown on the real clock, and in
+//! `mod example`, the `purgatory` example's core run small. (Kafka's own suite is
+//! `delayed_operation.rs`; the counting stress, `purgatory_stress.rs`.)
 //!
 //! See `docs/guarantees.md` ("Purgatory") for the map from each guarantee to its tests.
 
-mod purgatory_common;
+mod common;
+
+#[allow(dead_code)]
+#[path = "../examples/purgatory/main.rs"]
+mod purgatory_example;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,14 +18,13 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use log::{Level, LevelFilter, Log, Metadata, Record};
-use purgatory_common::{Callback, PROBE_PANIC, Probe};
+use common::PATIENCE;
+use common::logger;
+use common::probe::{Callback, PROBE_PANIC, Probe};
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, Timer,
 };
 
-/// A loose upper bound for anything that should happen "soon" on a busy 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(20);
 /// Long enough never to expire during a test.
 const NEVER_MS: i64 = 3_600_000;
 
@@ -329,37 +335,11 @@ fn a_panic_in_on_expiration_reaches_the_caller_of_advance_clock_and_later_expiri
     assert_eq!(purgatory.num_delayed(), 0);
 }
 
-/// Collects the `error!` records of this test binary.
-struct Capture {
-    errors: Mutex<Vec<String>>,
-}
-
-impl Log for Capture {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.level() <= Level::Error
-    }
-    fn log(&self, record: &Record<'_>) {
-        if record.level() == Level::Error {
-            self.errors.lock().unwrap().push(record.args().to_string());
-        }
-    }
-    fn flush(&self) {}
-}
-
-static CAPTURE: Capture = Capture {
-    errors: Mutex::new(Vec::new()),
-};
-
-/// Installs [`CAPTURE`] (once) and returns the errors logged so far that contain `needle`.
+/// Installs the capturing logger (once) and returns the errors logged so far that contain
+/// `needle`.
 fn logged_errors_containing(needle: &str) -> Vec<String> {
-    let _ = log::set_logger(&CAPTURE);
-    log::set_max_level(LevelFilter::Error);
-    let errors = CAPTURE.errors.lock().unwrap();
-    errors
-        .iter()
-        .filter(|e| e.contains(needle))
-        .cloned()
-        .collect()
+    logger::install();
+    logger::errors_containing(needle)
 }
 
 #[test]
@@ -689,4 +669,299 @@ fn shutdown_from_an_operation_on_the_reaper_thread_does_not_wait_for_itself() {
     PURGATORY.lock().unwrap().take();
     purgatory.shutdown();
     assert!(started.elapsed() < PATIENCE);
+}
+
+// The purgatory's expiration reaper and its shutdown, on the real clock: shutdown is
+// prompt (it wakes the reaper instead of waiting out its poll), idempotent, also on drop;
+// the reaper purges, and does not spin on a timer closed by someone else.
+//
+// Real-clock bounds are a strict lower bound or a loose upper one, never a narrow window.
+mod reaper {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::thread;
+    use std::time::{Duration, Instant};
+
+    use super::common::probe::Probe;
+    use timingwheel::{
+        DelayedOperationPurgatory, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task,
+    };
+
+    use super::common::PATIENCE;
+    /// A reaper poll far longer than any test: a shutdown that waited for it would be caught.
+    const LONG_POLL_MS: i64 = 60_000;
+    /// Long enough never to expire during a test.
+    const NEVER_MS: i64 = 3_600_000;
+
+    type Purgatory = DelayedOperationPurgatory<u32, Probe>;
+
+    /// A `SystemTimer` that counts the calls to `advance_clock`, and those still running.
+    struct Counting {
+        timer: SystemTimer,
+        advances: AtomicUsize,
+        in_flight: AtomicUsize,
+    }
+
+    impl Counting {
+        fn new() -> Arc<Counting> {
+            Arc::new(Counting {
+                timer: SystemTimer::new("counted"),
+                advances: AtomicUsize::new(0),
+                in_flight: AtomicUsize::new(0),
+            })
+        }
+
+        fn advances(&self) -> usize {
+            self.advances.load(Ordering::SeqCst)
+        }
+
+        fn in_flight(&self) -> usize {
+            self.in_flight.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Timer for Counting {
+        fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+            self.timer.add(task)
+        }
+        fn advance_clock(&self, timeout_ms: i64) -> bool {
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            self.advances.fetch_add(1, Ordering::SeqCst);
+            let flushed = self.timer.advance_clock(timeout_ms);
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            flushed
+        }
+        fn size(&self) -> usize {
+            self.timer.size()
+        }
+        fn close(&self) {
+            self.timer.close()
+        }
+        fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+            self.timer.stop()
+        }
+    }
+
+    /// Waits until `done()` holds; panics after [`PATIENCE`].
+    fn eventually(what: &str, done: impl Fn() -> bool) {
+        super::common::sync::eventually(PATIENCE, what, done);
+    }
+
+    /// A purgatory whose reaper polls `timer` every `poll_ms`.
+    fn reaped(timer: &Arc<Counting>, poll_ms: i64) -> Purgatory {
+        Purgatory::builder("reaped")
+            .timer(Arc::clone(timer))
+            .reaper_poll_ms(poll_ms)
+            .build()
+    }
+
+    #[test]
+    fn shutdown_wakes_the_reaper_instead_of_waiting_out_its_poll() {
+        let timer = Counting::new();
+        let purgatory = reaped(&timer, LONG_POLL_MS);
+        eventually("the reaper polls", || timer.in_flight() == 1);
+        let start = Instant::now();
+        purgatory.shutdown();
+        let took = start.elapsed();
+        assert!(
+            took < PATIENCE,
+            "shutdown took {took:?}: it waited for the {LONG_POLL_MS} ms poll"
+        );
+        assert_eq!(
+            timer.in_flight(),
+            0,
+            "the reaper left its poll before shutdown returned"
+        );
+        assert!(
+            timer.add(timer_task(1, || {})).cancelled(),
+            "the timer is closed"
+        );
+    }
+
+    #[test]
+    fn shutdown_is_idempotent_and_concurrent_callers_all_return_after_the_reaper_ended() {
+        const CALLERS: usize = 4;
+        let timer = Counting::new();
+        let purgatory = reaped(&timer, LONG_POLL_MS);
+        eventually("the reaper polls", || timer.in_flight() == 1);
+        let barrier = Barrier::new(CALLERS);
+        let advances = thread::scope(|s| {
+            let callers: Vec<_> = (0..CALLERS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        purgatory.shutdown();
+                        assert_eq!(timer.in_flight(), 0);
+                        timer.advances()
+                    })
+                })
+                .collect();
+            let seen: Vec<usize> = callers.into_iter().map(|c| c.join().unwrap()).collect();
+            seen
+        });
+        purgatory.shutdown();
+        thread::sleep(Duration::from_millis(50));
+        assert!(
+            advances.iter().all(|&seen| seen == timer.advances()),
+            "no advance_clock after any shutdown returned: {advances:?} then {}",
+            timer.advances()
+        );
+    }
+
+    #[test]
+    fn dropping_the_purgatory_shuts_it_down_and_lets_go_of_the_timer() {
+        let timer = Counting::new();
+        let purgatory = reaped(&timer, LONG_POLL_MS);
+        eventually("the reaper polls", || timer.in_flight() == 1);
+        drop(purgatory);
+        assert_eq!(
+            Arc::strong_count(&timer),
+            1,
+            "the reaper thread ended and dropped its share"
+        );
+        assert!(
+            timer.add(timer_task(1, || {})).cancelled(),
+            "the timer is closed"
+        );
+    }
+
+    #[test]
+    fn shutdown_leaves_pending_operations_neither_completed_nor_expired() {
+        let purgatory = Purgatory::new("pending", 0);
+        let op = Probe::delayed(50);
+        let drops = Arc::clone(&op.operation().drops);
+        assert!(!purgatory.try_complete_else_watch(&op, &[1]));
+        purgatory.shutdown();
+        assert_eq!(
+            purgatory.num_delayed(),
+            0,
+            "the closed timer dropped the timeout"
+        );
+        assert!(!op.is_completed());
+        drop(purgatory);
+        assert_eq!(op.operation().completions(), 0);
+        drop(op);
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "nothing kept it alive");
+    }
+
+    #[test]
+    fn a_reaper_whose_timer_was_closed_elsewhere_does_not_spin() {
+        const POLL_MS: i64 = 20;
+        const WATCH: Duration = Duration::from_millis(400);
+        let timer = Counting::new();
+        let purgatory = reaped(&timer, POLL_MS);
+        timer.close();
+        let before = timer.advances();
+        thread::sleep(WATCH);
+        let polls = timer.advances() - before;
+        // One poll per POLL_MS at most, with room to spare; a spinning reaper makes thousands.
+        let bound = (WATCH.as_millis() as usize) / (POLL_MS as usize) * 3;
+        assert!(polls <= bound, "{polls} polls in {WATCH:?} (bound {bound})");
+        let start = Instant::now();
+        purgatory.shutdown();
+        assert!(start.elapsed() < PATIENCE);
+    }
+
+    #[test]
+    fn the_reaper_purges_completed_operations_from_the_watch_lists() {
+        const OPERATIONS: usize = 200;
+        let purgatory = Purgatory::builder("purged")
+            .purge_interval(10)
+            .reaper_poll_ms(5)
+            .build();
+        let drops = Arc::new(AtomicUsize::new(0));
+        for i in 0..OPERATIONS as u32 {
+            let mut probe = Probe::new(NEVER_MS);
+            probe.drops = Arc::clone(&drops);
+            let op = timingwheel::Delayed::new(probe);
+            assert!(!purgatory.try_complete_else_watch(&op, &[i % 16, 100 + i]));
+            assert!(op.force_complete());
+        }
+        assert_eq!(purgatory.num_delayed(), 0);
+        eventually("the reaper purges", || purgatory.watched() == 0);
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            OPERATIONS,
+            "and the operations are freed"
+        );
+        purgatory.shutdown();
+    }
+}
+
+// The `purgatory` example's core, run small so that CI exercises it: every request is
+// answered exactly once, none expires before its timeout, both outcomes occur, and the
+// purgatory is empty at the end.
+mod example {
+    use super::purgatory_example::cli::{Command, Config, parse_args};
+    use super::purgatory_example::run;
+
+    /// A run small enough for a debug build on a shared 2-core machine, with both outcomes:
+    /// the slow replica fetches its partitions less often than the timeout.
+    fn small() -> Config {
+        Config {
+            requests: 3_000,
+            rate: 30_000,
+            partitions: 8,
+            timeout_ms: 100,
+            slow_every: 4,
+            slow_fetch_ms: 150,
+            seed: 7,
+            progress: false,
+        }
+    }
+
+    #[test]
+    fn a_small_run_answers_every_request_exactly_once() {
+        let config = small();
+        let report = run(&config);
+        let summary = report.summary(&config);
+        assert!(report.invariant_holds(&config), "{summary}");
+        assert!(summary.contains("result: OK"), "{summary}");
+        assert_eq!(report.requests, config.requests);
+        assert_eq!(
+            report.completed_by_acks + report.expired,
+            config.requests,
+            "{summary}"
+        );
+        assert_eq!((report.answered_twice, report.never_answered), (0, 0));
+        assert!(
+            report.completed_by_acks > 0 && report.expired > 0,
+            "{summary}"
+        );
+        assert!(report.timed_out.min_us >= 100_000, "{summary}");
+        assert!(report.acked.p50_us <= report.acked.p99_us);
+        assert!(report.check_and_complete_calls > 0);
+        assert_eq!((report.watched_at_end, report.delayed_at_end), (0, 0));
+    }
+
+    #[test]
+    fn the_command_line_sets_every_field_and_refuses_nonsense() {
+        let args = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let parsed = parse_args(args(
+            "--requests 10 --rate=20 --partitions 3 --timeout-ms 40 --slow-every 5 \
+         --slow-fetch-ms 60 --seed 9 --no-progress",
+        ));
+        let expected = Config {
+            requests: 10,
+            rate: 20,
+            partitions: 3,
+            timeout_ms: 40,
+            slow_every: 5,
+            slow_fetch_ms: 60,
+            seed: 9,
+            progress: false,
+        };
+        assert_eq!(parsed, Ok(Command::Run(expected)));
+        assert_eq!(parse_args(args("--help")), Ok(Command::Help));
+        assert_eq!(parse_args(args("")), Ok(Command::Run(Config::default())));
+        for bad in [
+            "--rate 0",
+            "--partitions 0",
+            "--timeout-ms 0",
+            "--requests",
+            "--x 1",
+        ] {
+            assert!(parse_args(args(bad)).is_err(), "{bad}");
+        }
+    }
 }

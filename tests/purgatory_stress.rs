@@ -7,14 +7,14 @@
 //! At the end every slot must read one `on_complete`, at most one `on_expiration` (only for an
 //! operation whose timeout had passed, never early), and one drop.
 
-mod purgatory_common;
+mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use purgatory_common::Rng;
+use common::rng::Rng;
 use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
 
 /// Threads completing, forcing and watching at once.

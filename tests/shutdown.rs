@@ -19,7 +19,9 @@ use timingwheel::{
 };
 
 mod common;
-use common::Counted;
+use common::ledger::Ledger;
+use common::sync::{barrier, within};
+use common::{Counted, PATIENCE, counted};
 
 /// Pending timers for the big `close`.
 const PENDING: usize = 1_000_000;
@@ -30,8 +32,6 @@ const CLOSE_BOUND: Duration = if cfg!(debug_assertions) {
 } else {
     Duration::from_millis(100)
 };
-/// How long any wait may take before it counts as a deadlock.
-const DEADLOCK: Duration = Duration::from_secs(20);
 /// "At once": far below the timeouts asked for (60 s), far above any scheduling hiccup.
 const AT_ONCE: Duration = Duration::from_secs(2);
 
@@ -39,14 +39,6 @@ fn mock_timer(name: &str) -> (MockTime, SystemTimer) {
     let time = MockTime::new();
     let timer = SystemTimer::builder(name).time(time.clone()).build();
     (time, timer)
-}
-
-/// Waits until every task handed to `timer`'s executor so far has run.
-fn barrier(timer: &dyn Timer) {
-    let (tx, rx) = mpsc::channel();
-    timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
-    rx.recv_timeout(DEADLOCK)
-        .expect("executor did not reach the barrier");
 }
 
 #[test]
@@ -115,12 +107,12 @@ fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
     drop(timer);
     go_tx.send(()).unwrap();
     done_rx
-        .recv_timeout(DEADLOCK)
+        .recv_timeout(PATIENCE)
         .expect("dropping the timer inside its own task deadlocked or panicked");
     let followed: Vec<usize> = (0..FOLLOWERS)
         .map(|_| {
             follow_rx
-                .recv_timeout(DEADLOCK)
+                .recv_timeout(PATIENCE)
                 .expect("a follower was lost")
         })
         .collect();
@@ -158,13 +150,13 @@ fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
             tx.send("first").unwrap();
         }));
     }
-    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("first"));
-    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("now"), "FIFO executor");
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok("first"));
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok("now"), "FIFO executor");
     assert_eq!(victim_drops.load(Ordering::SeqCst), 1);
     assert_eq!(timer.size(), 1);
     time.sleep(10);
     while timer.advance_clock(0) {}
-    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("later"));
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok("later"));
     assert!(!later.get().unwrap().cancel(), "already ran");
     assert_eq!(victim_runs.load(Ordering::SeqCst), 0);
 
@@ -175,7 +167,7 @@ fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
         timer2.close();
         tx3.send("closed").unwrap();
     }));
-    assert_eq!(rx.recv_timeout(DEADLOCK), Ok("closed"));
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok("closed"));
     assert!(timer.is_closed());
 }
 
@@ -211,7 +203,17 @@ fn close_is_idempotent_also_from_several_threads() {
 #[test]
 fn after_close_add_returns_a_cancelled_entry_and_runs_nothing() {
     let (time, timer) = mock_timer("closed-add");
+    let (waiting_runs, waiting_drops) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
+    let waiting = timer.add(counted(60_000, &waiting_runs, &waiting_drops));
     timer.close();
+    timer.close();
+    assert_eq!(
+        waiting_drops.load(Ordering::SeqCst),
+        1,
+        "waiting tasks are dropped at close"
+    );
+    assert!(!waiting.cancel(), "nothing left to prevent");
+    assert!(!waiting.cancelled());
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     let delays = [i64::MIN, -1, 0, 1, 10, 60_000, i64::MAX];
@@ -235,6 +237,7 @@ fn after_close_add_returns_a_cancelled_entry_and_runs_nothing() {
     // The executor is still there; nothing reached it.
     thread::sleep(Duration::from_millis(50));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(waiting_runs.load(Ordering::SeqCst), 0);
 }
 
 #[test]
@@ -255,10 +258,12 @@ fn advance_clock_returns_false_at_once_after_close_even_with_a_long_timeout() {
 
 #[test]
 fn close_wakes_a_thread_blocked_in_advance_clock() {
-    for timeout_ms in [60_000, i64::MAX] {
+    for (timeout_ms, pending) in [(60_000, false), (60_000, true), (i64::MAX, true)] {
         let timer = Arc::new(SystemTimer::new("wake"));
-        // A pending timer far away: the driver sleeps on it, not on an empty queue.
-        timer.add(timer_task(3_600_000, || {}));
+        if pending {
+            // A pending timer far away: the driver sleeps on it, not on an empty queue.
+            timer.add(timer_task(3_600_000, || {}));
+        }
         let (tx, rx) = mpsc::channel();
         let start = Instant::now();
         let driver = {
@@ -270,10 +275,13 @@ fn close_wakes_a_thread_blocked_in_advance_clock() {
         };
         const BLOCKED: Duration = Duration::from_millis(100);
         thread::sleep(BLOCKED);
-        assert!(rx.try_recv().is_err(), "the driver is blocked");
+        assert!(
+            rx.try_recv().is_err(),
+            "timeout {timeout_ms}: the driver is blocked"
+        );
         timer.close();
         let (flushed, waited) = rx
-            .recv_timeout(DEADLOCK)
+            .recv_timeout(PATIENCE)
             .expect("close did not wake advance_clock");
         driver.join().unwrap();
         assert!(!flushed);
@@ -382,18 +390,6 @@ fn add_calls_back(
     entry
 }
 
-/// Runs `f` on another thread and fails instead of hanging if it deadlocks.
-fn without_deadlock(what: &str, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        f();
-        tx.send(()).unwrap();
-    });
-    rx.recv_timeout(DEADLOCK)
-        .unwrap_or_else(|_| panic!("{what} deadlocked"));
-    worker.join().unwrap();
-}
-
 #[test]
 fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
     let (_time, timer) = mock_timer("drop-on-cancel");
@@ -408,8 +404,8 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
     let other = Arc::new(Mutex::new(Some(other)));
     let entry = add_calls_back(&timer, &other, &dropped_tx);
     assert_eq!(timer.size(), 2);
-    without_deadlock("cancel", move || assert!(entry.cancel()));
-    let size_seen_in_drop = dropped_rx.recv_timeout(DEADLOCK).unwrap();
+    within(PATIENCE, "cancel", move || assert!(entry.cancel()));
+    let size_seen_in_drop = dropped_rx.recv_timeout(PATIENCE).unwrap();
     assert_eq!(
         size_seen_in_drop, 1,
         "the cancelled task was out of the store"
@@ -435,116 +431,13 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
         *other.lock().unwrap() = Some(entry);
     }
     let closer = Arc::clone(&timer);
-    without_deadlock("close", move || closer.close());
+    within(PATIENCE, "close", move || closer.close());
     for _ in 0..TASKS {
         dropped_rx
-            .recv_timeout(DEADLOCK)
+            .recv_timeout(PATIENCE)
             .expect("every waiting task is dropped by close");
     }
     assert_eq!(timer.size(), 0, "adds from Drop during close were refused");
-}
-
-#[test]
-fn dropping_an_unclosed_timer_frees_its_tasks() {
-    let (_time, timer) = mock_timer("drop");
-    let drops = Arc::new(AtomicUsize::new(0));
-    let runs = Arc::new(AtomicUsize::new(0));
-    for i in 0..10_000 {
-        timer.add(Box::new(Counted {
-            delay_ms: 1 + i,
-            drops: Arc::clone(&drops),
-            runs: Arc::clone(&runs),
-        }));
-    }
-    barrier(&timer);
-    drop(timer);
-    assert_eq!(drops.load(Ordering::SeqCst), 10_000);
-    assert_eq!(runs.load(Ordering::SeqCst), 0);
-}
-
-#[test]
-fn entries_outliving_their_timer_cancel_to_false_without_panicking() {
-    let (_time, timer) = mock_timer("outlived");
-    let drops = Arc::new(AtomicUsize::new(0));
-    let entries: Vec<TimerTaskEntry> = (0..1_000)
-        .map(|i| {
-            timer.add(Box::new(Counted {
-                delay_ms: 1 + i,
-                drops: Arc::clone(&drops),
-                runs: Arc::new(AtomicUsize::new(0)),
-            }))
-        })
-        .collect();
-    let clones: Vec<TimerTaskEntry> = entries.iter().step_by(2).cloned().collect();
-    drop(timer);
-    assert_eq!(drops.load(Ordering::SeqCst), 1_000);
-    for entry in entries.iter().chain(&clones) {
-        assert!(
-            !entry.cancel(),
-            "the timer dropped it: nothing left to prevent"
-        );
-        assert!(!entry.cancelled());
-    }
-}
-
-/// Per-task counters of a race: how often each task ran, was cancelled (a `cancel()` that
-/// returned true) and was dropped.
-struct Slots {
-    runs: Vec<AtomicUsize>,
-    cancels: Vec<AtomicUsize>,
-    drops: Vec<AtomicUsize>,
-}
-
-impl Slots {
-    fn new(tasks: usize) -> Slots {
-        let zeros = || (0..tasks).map(|_| AtomicUsize::new(0)).collect();
-        Slots {
-            runs: zeros(),
-            cancels: zeros(),
-            drops: zeros(),
-        }
-    }
-
-    /// Task `id`, counting its runs and drops in `slots`.
-    fn task(slots: &Arc<Slots>, id: usize, delay_ms: i64) -> Box<SlotTask> {
-        Box::new(SlotTask {
-            id,
-            delay_ms,
-            slots: Arc::clone(slots),
-        })
-    }
-
-    fn total_runs(&self) -> usize {
-        self.runs.iter().map(|r| r.load(Ordering::SeqCst)).sum()
-    }
-
-    fn drops(&self) -> Vec<usize> {
-        self.drops
-            .iter()
-            .map(|d| d.load(Ordering::SeqCst))
-            .collect()
-    }
-}
-
-struct SlotTask {
-    id: usize,
-    delay_ms: i64,
-    slots: Arc<Slots>,
-}
-
-impl TimerTask for SlotTask {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
-    }
-    fn run(self: Box<Self>) {
-        self.slots.runs[self.id].fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for SlotTask {
-    fn drop(&mut self) {
-        self.slots.drops[self.id].fetch_add(1, Ordering::SeqCst);
-    }
 }
 
 /// `close` in the middle of adds, cancels and flushes on other threads: every task is run
@@ -555,7 +448,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     const THREADS: usize = 3;
     const PER_THREAD: usize = 20_000;
     const TASKS: usize = THREADS * PER_THREAD;
-    let slots = Arc::new(Slots::new(TASKS));
+    let slots = Ledger::new(TASKS);
     let timer = SystemTimer::new("close-race");
     let stop = AtomicBool::new(false);
     let progress = AtomicUsize::new(0);
@@ -572,7 +465,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             s.spawn(move || {
                 for i in 0..PER_THREAD {
                     let id = t * PER_THREAD + i;
-                    let entry = timer.add(Slots::task(slots, id, (i % 7) as i64 - 1));
+                    let entry = timer.add(slots.task(id, (i % 7) as i64 - 1));
                     if i % 3 == 0 && entry.cancel() {
                         slots.cancels[id].fetch_add(1, Ordering::SeqCst);
                     }
@@ -610,11 +503,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     );
     assert!(runs_later > 0);
     for id in 0..TASKS {
-        let (runs, cancels, drops) = (
-            slots.runs[id].load(Ordering::SeqCst),
-            slots.cancels[id].load(Ordering::SeqCst),
-            slots.drops[id].load(Ordering::SeqCst),
-        );
+        let (runs, cancels, drops) = (slots.runs(id), slots.cancels(id), slots.drops(id));
         assert!(
             runs + cancels <= 1,
             "task {id}: ran {runs}, cancelled {cancels}"
@@ -641,15 +530,17 @@ fn every_timer_type(name: &str) -> [(&'static str, Box<dyn Timer>); 3] {
 /// Dropping any timer drops its waiting tasks, unrun, and their handles find nothing left.
 #[test]
 fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false() {
-    const WAITING: usize = 100;
+    const WAITING: usize = 1_000;
     for (kind, timer) in every_timer_type("dropped") {
         let drops = Arc::new(AtomicUsize::new(0));
         let runs = Arc::new(AtomicUsize::new(0));
         let entries: Vec<TimerTaskEntry> = (0..WAITING)
-            .map(|i| timer.add(common::counted(60_000 + i as i64, &runs, &drops)))
+            .map(|i| timer.add(counted(60_000 + i as i64, &runs, &drops)))
             .collect();
         let clones: Vec<TimerTaskEntry> = entries.iter().step_by(3).cloned().collect();
         assert_eq!(timer.size(), WAITING, "{kind}");
+        // The executor has started and is idle when the timer goes.
+        barrier(&*timer);
         drop(timer);
         assert_eq!(
             drops.load(Ordering::SeqCst),
@@ -658,6 +549,7 @@ fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false(
         );
         assert_eq!(runs.load(Ordering::SeqCst), 0, "{kind}");
         for entry in entries.iter().chain(&clones) {
+            // Without panicking, and with nothing left to prevent.
             assert!(!entry.cancel(), "{kind}: cancel of a dropped timer's task");
             assert!(!entry.cancelled(), "{kind}");
         }
@@ -691,7 +583,7 @@ fn every_concurrent_close_and_stop_waits_for_the_task_already_running() {
             done.store(true, Ordering::SeqCst);
         }));
         started_rx
-            .recv_timeout(DEADLOCK)
+            .recv_timeout(PATIENCE)
             .expect("the slow task never started");
         let all_closing = Barrier::new(CLOSERS);
         // Whether the task had finished when each caller's close or stop returned.
@@ -799,7 +691,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
     const TASKS: usize = ADDERS * PER_ADDER;
     const DRIVERS: usize = 2;
     for (kind, timer) in every_timer_type("stop-race") {
-        let slots = Arc::new(Slots::new(TASKS));
+        let slots = Ledger::new(TASKS);
         let refused: Vec<AtomicBool> = (0..TASKS).map(|_| AtomicBool::new(false)).collect();
         let entries: Vec<Mutex<Vec<TimerTaskEntry>>> =
             (0..ADDERS).map(|_| Mutex::new(Vec::new())).collect();
@@ -826,7 +718,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
                         } else {
                             (i % 7) as i64 - 1
                         };
-                        let entry = timer.add(Slots::task(slots, id, delay_ms));
+                        let entry = timer.add(slots.task(id, delay_ms));
                         if entry.cancelled() {
                             refused[id].store(true, Ordering::SeqCst);
                         } else if i % 3 == 0 && entry.cancel() {
@@ -861,16 +753,16 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
                 "{kind}: a task was left pending after stop"
             );
         }
-        let drops_before = slots.drops();
+        let drops_before = slots.all_drops();
         let returned = handed_back.len();
         drop(handed_back);
-        let drops_after = slots.drops();
+        let drops_after = slots.all_drops();
 
         let mut endings = [0usize; 4];
         for id in 0..TASKS {
             let ways = [
-                slots.runs[id].load(Ordering::SeqCst),
-                slots.cancels[id].load(Ordering::SeqCst),
+                slots.runs(id),
+                slots.cancels(id),
                 drops_after[id] - drops_before[id],
                 usize::from(refused[id].load(Ordering::SeqCst)),
             ];

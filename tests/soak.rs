@@ -20,6 +20,10 @@ use std::time::{Duration, Instant};
 
 use timingwheel::{SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
 
+mod common;
+use common::rng::Rng;
+use common::sync::{SetOnDrop, barrier};
+
 /// Seconds of soak unless `TIMINGWHEEL_SOAK_SECS` says otherwise.
 const DEFAULT_SOAK_SECS: u64 = 20;
 /// Threads that add and cancel.
@@ -95,28 +99,6 @@ impl Drop for SoakTask {
     }
 }
 
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
-
-/// Sets a stop flag when dropped, also while unwinding, so that a failed assertion inside
-/// the `thread::scope` stops the other threads instead of hanging.
-struct SetOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for SetOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 fn random_delay(rng: &mut Rng) -> i64 {
     match rng.below(100) {
         0..=59 => rng.below(50) as i64,
@@ -150,7 +132,7 @@ fn soak_nothing_lost_doubled_or_early() {
         for d in 0..DRIVERS {
             let (timer, stop) = (&timer, &stop_driving);
             s.spawn(move || {
-                let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ d as u64);
+                let mut rng = Rng::new(0xD1B5_4A32_D192_ED03 ^ d as u64);
                 while !stop.load(Ordering::SeqCst) {
                     timer.advance_clock(rng.below(50) as i64);
                 }
@@ -160,7 +142,7 @@ fn soak_nothing_lost_doubled_or_early() {
             .map(|a| {
                 let (timer, stats, stop) = (&timer, &stats, &stop_adding);
                 s.spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (a as u64 + 1));
+                    let mut rng = Rng::new(a as u64 + 1);
                     let mut held: Vec<(Arc<AtomicU8>, TimerTaskEntry)> = Vec::new();
                     let mut adds = 0u64;
                     let cancel = |slot: &AtomicU8, entry: &TimerTaskEntry| {
@@ -229,9 +211,7 @@ fn soak_nothing_lost_doubled_or_early() {
             thread::sleep(Duration::from_millis(10));
         }
         // The last tasks' drops follow their runs: wait for the executor to pass them.
-        let (tx, rx) = std::sync::mpsc::channel();
-        timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
-        rx.recv_timeout(SETTLE).expect("executor barrier");
+        barrier(&*timer);
         stop_driving.store(true, Ordering::SeqCst);
     });
     let elapsed = start.elapsed();

@@ -1,19 +1,25 @@
 //! Concurrency stress of `SystemTimer`: every task is counted, and must end in exactly one
 //! of "ran once" or "one cancel returned true".
 //!
-//! Each task owns a slot in a `Ledger`: `run` bumps its run count, a winning `cancel` bumps
-//! its cancel count, `Drop` bumps its drop count. At the end every slot must read
-//! `runs + cancels == 1` and `drops == 1`: a task that ran twice, ran and was cancelled, or
-//! was lost (neither, or never freed) is reported by id.
+//! Each task owns a slot in a `Ledger` (`tests/common/ledger.rs`): at the end every slot
+//! must read `runs + cancels == 1` and `drops == 1`: a task that ran twice, ran and was
+//! cancelled, or was lost (neither, or never freed) is reported by id.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{
-    MockTime, SystemClock, SystemTimer, Time, Timer, TimerTask, TimerTaskEntry, timer_task,
+    MockTime, SystemClock, SystemTimer, Time, Timer, TimerTask, TimerTaskEntry, hi_res_clock_ms,
+    timer_task,
 };
+
+mod common;
+use common::counted;
+use common::ledger::Ledger;
+use common::rng::Rng;
+use common::sync::{SetOnDrop, barrier};
 
 /// Threads that add and cancel.
 const ADDERS: usize = 4;
@@ -29,135 +35,21 @@ const ADDS_PER_PAUSE: usize = 50;
 /// How long the timer may take to settle every task once the adders are done.
 const SETTLE: Duration = Duration::from_secs(30);
 
-/// Per-task counters.
-struct Ledger {
-    runs: Vec<AtomicU8>,
-    cancels: Vec<AtomicU8>,
-    drops: Vec<AtomicU8>,
-}
-
-impl Ledger {
-    fn new(tasks: usize) -> Arc<Ledger> {
-        let zeros = || (0..tasks).map(|_| AtomicU8::new(0)).collect();
-        Arc::new(Ledger {
-            runs: zeros(),
-            cancels: zeros(),
-            drops: zeros(),
-        })
-    }
-
-    fn settled(&self) -> usize {
-        (0..self.runs.len())
-            .filter(|&id| {
-                self.runs[id].load(Ordering::SeqCst) + self.cancels[id].load(Ordering::SeqCst) > 0
-            })
-            .count()
-    }
-
-    /// Asserts that every task ran once or was cancelled once, and was freed once.
-    fn assert_exactly_once(&self) -> (usize, usize) {
-        let (mut ran, mut cancelled) = (0, 0);
-        for id in 0..self.runs.len() {
-            let runs = self.runs[id].load(Ordering::SeqCst);
-            let cancels = self.cancels[id].load(Ordering::SeqCst);
-            let drops = self.drops[id].load(Ordering::SeqCst);
-            assert_eq!(
-                (runs + cancels, drops),
-                (1, 1),
-                "task {id}: ran {runs} times, cancelled {cancels} times, dropped {drops} times"
-            );
-            ran += usize::from(runs);
-            cancelled += usize::from(cancels);
-        }
-        (ran, cancelled)
-    }
-}
-
-struct Counted {
-    id: usize,
-    delay_ms: i64,
-    ledger: Arc<Ledger>,
-}
-
-impl TimerTask for Counted {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
-    }
-    fn run(self: Box<Self>) {
-        self.ledger.runs[self.id].fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.ledger.drops[self.id].fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn add_counted(
-    timer: &dyn Timer,
-    ledger: &Arc<Ledger>,
-    id: usize,
-    delay_ms: i64,
-) -> TimerTaskEntry {
-    timer.add(Box::new(Counted {
-        id,
-        delay_ms,
-        ledger: Arc::clone(ledger),
-    }))
-}
-
-fn cancel_counted(entry: &TimerTaskEntry, ledger: &Ledger, id: usize) {
-    if entry.cancel() {
-        ledger.cancels[id].fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// xorshift64*: enough randomness for choosing delays and victims, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Sets a stop flag when dropped, also while unwinding: a failed assertion inside a
-/// `thread::scope` must stop the driver threads, or the scope would wait for them forever.
-struct SetOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for SetOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// Waits until every task settled (ran or was cancelled), then checks the ledger.
 fn settle_and_check(timer: &SystemTimer, ledger: &Ledger) -> (usize, usize) {
     let deadline = Instant::now() + SETTLE;
-    while ledger.settled() < ledger.runs.len() {
+    while ledger.settled() < ledger.len() {
         assert!(
             Instant::now() < deadline,
             "only {} of {} tasks settled; size {}",
             ledger.settled(),
-            ledger.runs.len(),
+            ledger.len(),
             timer.size()
         );
         thread::sleep(Duration::from_millis(5));
     }
     // Give a doubled run or a late drop the chance to show up.
-    let (tx, rx) = mpsc::channel();
-    timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
-    rx.recv_timeout(SETTLE).expect("executor barrier");
+    barrier(timer);
     assert_eq!(timer.size(), 0);
     ledger.assert_exactly_once()
 }
@@ -185,9 +77,11 @@ fn add_and_cancel_while_driving(drivers: usize) {
                     let mut held: Vec<(usize, TimerTaskEntry)> = Vec::new();
                     for id in (t..TASKS).step_by(ADDERS) {
                         let delay = rng.below(MAX_DELAY_MS + 1) as i64;
-                        let entry = add_counted(timer, ledger, id, delay);
+                        let entry = ledger.add(timer, id, delay);
                         match rng.below(4) {
-                            0 => cancel_counted(&entry, ledger, id),
+                            0 => {
+                                ledger.cancel(&entry, id);
+                            }
                             1 | 2 => held.push((id, entry)),
                             _ => {}
                         }
@@ -195,7 +89,7 @@ fn add_and_cancel_while_driving(drivers: usize) {
                         if held.len() > HELD || (!held.is_empty() && rng.below(2) == 0) {
                             let at = rng.below(held.len() as u64) as usize;
                             let (id, entry) = held.swap_remove(at);
-                            cancel_counted(&entry, ledger, id);
+                            ledger.cancel(&entry, id);
                             // A second cancel of the same task never wins.
                             assert!(!entry.cancel(), "task {id} cancelled twice");
                         }
@@ -204,7 +98,7 @@ fn add_and_cancel_while_driving(drivers: usize) {
                         }
                     }
                     for (id, entry) in held {
-                        cancel_counted(&entry, ledger, id);
+                        ledger.cancel(&entry, id);
                     }
                 })
             })
@@ -247,7 +141,7 @@ fn cancel_racing_a_flush_of_the_same_buckets_is_exactly_once() {
             .build();
         let ledger = Ledger::new(RACED);
         let entries: Vec<TimerTaskEntry> = (0..RACED)
-            .map(|id| add_counted(&timer, &ledger, id, 1 + (id % 3) as i64 * 7))
+            .map(|id| ledger.add(&timer, id, 1 + (id % 3) as i64 * 7))
             .collect();
         let start = Barrier::new(3);
         let progress = AtomicU64::new(0);
@@ -267,14 +161,14 @@ fn cancel_racing_a_flush_of_the_same_buckets_is_exactly_once() {
             s.spawn(move || {
                 start.wait();
                 for (id, entry) in entries.iter().enumerate().skip(round % 2).step_by(2) {
-                    cancel_counted(entry, ledger, id);
+                    ledger.cancel(entry, id);
                     progress.fetch_add(1, Ordering::Relaxed);
                 }
             });
             s.spawn(move || {
                 start.wait();
                 for (id, entry) in entries.iter().enumerate().rev() {
-                    cancel_counted(entry, ledger, id);
+                    ledger.cancel(entry, id);
                     progress.fetch_add(1, Ordering::Relaxed);
                 }
             });
@@ -290,6 +184,65 @@ fn cancel_racing_a_flush_of_the_same_buckets_is_exactly_once() {
     assert!(
         total_ran > 0 && total_cancelled > 0,
         "the flush and the cancels did not overlap: ran {total_ran}, cancelled {total_cancelled}"
+    );
+}
+
+/// On the real clock, with overflow wheels (wheel size 4, delays 0-39 ms): two threads cancel
+/// every task while a driver flushes and cascades them; each task ends in exactly one of
+/// "ran" and "a cancel returned true", and its handle's `cancelled()` says which.
+#[test]
+fn cancel_racing_expiry_decides_exactly_once() {
+    const TASKS: usize = 20_000;
+    let timer = SystemTimer::with_config("race", 1, 4, hi_res_clock_ms());
+    let runs: Vec<Arc<AtomicUsize>> = (0..TASKS).map(|_| Arc::default()).collect();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let entries: Vec<_> = (0..TASKS)
+        .map(|i| timer.add(counted((i % 40) as i64, &runs[i], &drops)))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let cancelled = thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                timer.advance_clock(1);
+            }
+        });
+        let cancelled: Vec<bool> = thread::scope(|inner| {
+            let halves: Vec<_> = entries
+                .chunks(TASKS / 2)
+                .map(|chunk| {
+                    inner.spawn(move || chunk.iter().map(|e| e.cancel()).collect::<Vec<_>>())
+                })
+                .collect();
+            halves.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        // Let everything not cancelled run out.
+        let start = Instant::now();
+        while timer.size() > 0 && start.elapsed() < SETTLE {
+            thread::sleep(Duration::from_millis(5));
+        }
+        stop.store(true, Ordering::SeqCst);
+        cancelled
+    });
+    timer.close();
+    let mut ran = 0;
+    for (i, (won, runs)) in cancelled.iter().zip(&runs).enumerate() {
+        let runs = runs.load(Ordering::SeqCst);
+        assert_eq!(
+            runs + usize::from(*won),
+            1,
+            "task {i}: ran {runs} times, cancel won: {won}"
+        );
+        assert_eq!(entries[i].cancelled(), *won);
+        ran += runs;
+    }
+    assert!(
+        ran > 0 && ran < TASKS,
+        "the race was not exercised: {ran} of {TASKS} ran"
+    );
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        TASKS,
+        "every task was dropped once"
     );
 }
 
@@ -318,15 +271,14 @@ fn cancel_exactly_around_the_deadline_is_exactly_once() {
                     let mut rng = Rng::new(100 + t as u64);
                     for i in 0..PER_THREAD {
                         let id = t * PER_THREAD + i;
-                        let entry = add_counted(timer, ledger, id, 2);
+                        let entry = ledger.add(timer, id, 2);
                         // Spin to between 1 ms before and 1 ms after the expiration.
                         let target_ns =
                             (entry.expiration_ms() - 1) * 1_000_000 + rng.below(2_000_000) as i64;
                         while SystemClock.nanoseconds() < target_ns {
                             std::hint::spin_loop();
                         }
-                        let before_deadline =
-                            timingwheel::hi_res_clock_ms() < entry.expiration_ms();
+                        let before_deadline = hi_res_clock_ms() < entry.expiration_ms();
                         if entry.cancel() {
                             ledger.cancels[id].fetch_add(1, Ordering::SeqCst);
                             if before_deadline {
@@ -394,9 +346,9 @@ fn a_blocked_executor_never_delays_add_or_cancel() {
             for id in 0..OPS {
                 let delay = rng.below(3) as i64;
                 time_op(&mut || {
-                    let entry = add_counted(&timer, &ledger, id, delay);
+                    let entry = ledger.add(&timer, id, delay);
                     if id % 2 == 0 {
-                        cancel_counted(&entry, &ledger, id);
+                        ledger.cancel(&entry, id);
                     }
                 });
             }
@@ -410,11 +362,7 @@ fn a_blocked_executor_never_delays_add_or_cancel() {
             (worst, ops)
         });
         let (worst, ops) = worker.join().unwrap();
-        let ran_while_blocked: usize = ledger
-            .runs
-            .iter()
-            .map(|r| usize::from(r.load(Ordering::SeqCst)))
-            .sum();
+        let ran_while_blocked = ledger.total_runs();
         let blocked_for = blocked_since.elapsed();
         assert!(
             blocked_for < CAP,
@@ -447,12 +395,7 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
     const PER_THREAD: usize = 5_000;
     const THREADS: usize = 2;
     const TASKS: usize = PER_THREAD * THREADS;
-    let timer = SystemTimer::with_config(
-        "coarse",
-        TICK_MS,
-        WHEEL_SIZE,
-        timingwheel::hi_res_clock_ms(),
-    );
+    let timer = SystemTimer::with_config("coarse", TICK_MS, WHEEL_SIZE, hi_res_clock_ms());
     let ledger = Ledger::new(TASKS);
     // Untracked-by-cancel probes, one per task with the same delay: when they ran, when due.
     let ran_at: Arc<Vec<AtomicI64>> = Arc::new((0..TASKS).map(|_| AtomicI64::new(0)).collect());
@@ -473,10 +416,10 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
                     for i in 0..PER_THREAD {
                         let id = t * PER_THREAD + i;
                         let delay_ms = rng.below(100) as i64;
-                        let entry = add_counted(timer, ledger, id, delay_ms);
+                        let entry = ledger.add(timer, id, delay_ms);
                         let ran_at = Arc::clone(ran_at);
                         let probe = timer.add(timer_task(delay_ms, move || {
-                            ran_at[id].store(timingwheel::hi_res_clock_ms(), Ordering::SeqCst);
+                            ran_at[id].store(hi_res_clock_ms(), Ordering::SeqCst);
                         }));
                         // A delay of zero is already expired: it runs inside `add`'s
                         // hand-over, whatever its (rounded-up) expiration says.
@@ -487,7 +430,7 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
                         };
                         due[id].store(due_ms, Ordering::SeqCst);
                         if rng.below(3) == 0 {
-                            cancel_counted(&entry, ledger, id);
+                            ledger.cancel(&entry, id);
                         }
                     }
                 })
@@ -517,7 +460,7 @@ fn coarse_tick_on_the_real_clock_is_exactly_once_and_never_early() {
     timer.close();
 }
 
-/// The exact firing rule of `tests/model.rs` (a task runs only once the clock reaches
+/// The exact firing rule of `model.rs` (a task runs only once the clock reaches
 /// `floor(expiration / tick) * tick`, and by then, once `advance_clock(0)` returns false, it
 /// has run), now with three threads adding and cancelling on a mock clock while a fourth
 /// steps it and drives the timer: adds land between a driver's poll and its write lock.
@@ -572,12 +515,6 @@ fn concurrent_adds_on_a_mock_clock_fire_neither_early_nor_late() {
         }
     }
 
-    let barrier = |timer: &SystemTimer| {
-        let (tx, rx) = mpsc::channel();
-        timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
-        rx.recv_timeout(SETTLE).expect("executor barrier");
-    };
-
     thread::scope(|s| {
         for t in 0..ADDING_THREADS {
             let (timer, time, ledger) = (&timer, &time, &ledger);
@@ -620,7 +557,7 @@ fn concurrent_adds_on_a_mock_clock_fire_neither_early_nor_late() {
                     if !held.is_empty() && rng.below(3) == 0 {
                         let (id, entry) = held.swap_remove(rng.below(held.len() as u64) as usize);
                         cancel_tried[id].store(true, Ordering::SeqCst);
-                        cancel_counted(&entry, ledger, id);
+                        ledger.cancel(&entry, id);
                     }
                     // Pace the adds to the driver's steps, so that they interleave.
                     while steps_done.load(Ordering::SeqCst) < (i / ADDS_PER_STEP) as u64 {
@@ -629,7 +566,7 @@ fn concurrent_adds_on_a_mock_clock_fire_neither_early_nor_late() {
                 }
                 for (id, entry) in held {
                     cancel_tried[id].store(true, Ordering::SeqCst);
-                    cancel_counted(&entry, ledger, id);
+                    ledger.cancel(&entry, id);
                 }
             });
         }

@@ -1,12 +1,31 @@
-//! Helpers shared by several integration-test binaries (`mod common;` in each).
+//! Helpers shared by the integration-test binaries (`mod common;` in each), one module per
+//! concern:
+//!
+//! - this module: [`Counted`], a task that counts its runs and drops, and [`PATIENCE`];
+//! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
+//! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
+//! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
+//! - [`rng`]: the one seeded random number generator;
+//! - [`sync`]: the executor barrier and guards against hanging tests.
 
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub(crate) mod ledger;
+pub(crate) mod logger;
+pub(crate) mod probe;
+pub(crate) mod rng;
+pub(crate) mod sync;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use timingwheel::TimerTask;
+
+/// How long a test waits for something that should happen soon before it counts it as lost
+/// (or deadlocked): loose, for a busy 2-core machine.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A task that counts its runs and its drops, so a test can tell "ran", "cancelled" (dropped
 /// without running) and "still pending" apart.

@@ -1,8 +1,4 @@
-//! What the purgatory's test binaries share (`mod purgatory_common;` in each): `Probe`, an
-//! operation that records everything that happens to it, and a seeded `Rng`.
-
-// Each test binary compiles this module on its own and uses only part of it.
-#![allow(dead_code)]
+//! `Probe`: a purgatory operation that records everything that happens to it.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -137,22 +133,5 @@ impl DelayedOperation for Probe {
 impl Drop for Probe {
     fn drop(&mut self) {
         self.drops.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// xorshift64*, seeded: runs vary across seeds, and every run of one seed is the same.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    /// Uniform in `0..n` (the tiny modulo bias does not matter here).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
     }
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""Run from the repository root: `python3 tests/check-guarantees.py`.
+
+Checks that every `file::name` (or `file::mod::name`) in docs/guarantees.md names a test
+function that exists: `fn name` in tests/file.rs, or else in src/file.rs."""
+import os, re, sys
+doc = open('docs/guarantees.md').read()
+refs = sorted(set(re.findall(r'`([a-z_]+(?:::[a-z_0-9]+)+)(?:\(\))?`', doc)))
+bad = []
+checked = 0
+for ref in refs:
+    parts = ref.split('::')
+    if parts[-1] == '*' or ref == 'file::name':
+        continue
+    file, name = parts[0], parts[-1]
+    for path in (f'tests/{file}.rs', f'src/{file}.rs'):
+        if os.path.exists(path):
+            src = open(path).read()
+            if re.search(r'\bfn ' + re.escape(name) + r'\b', src):
+                checked += 1
+                break
+    else:
+        bad.append(ref)
+print(f'{checked} references resolve')
+for ref in bad:
+    print('UNRESOLVED:', ref)
+sys.exit(1 if bad else 0)

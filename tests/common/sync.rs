@@ -1,0 +1,61 @@
+//! Waiting without hanging: the executor barrier, and guards that turn a deadlock or a
+//! stuck thread into a failed test.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use timingwheel::{Timer, timer_task};
+
+/// How long [`barrier`] waits for the executor: it may have a million tasks before it.
+const BARRIER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Waits until every task handed to `timer`'s executor so far has run (on `MockTimer`, the
+/// barrier task runs inside `add`).
+pub(crate) fn barrier(timer: &dyn Timer) {
+    let (tx, rx) = mpsc::channel();
+    // i64::MIN saturates far below every wheel's time: handed over inside `add`.
+    let entry = timer.add(timer_task(i64::MIN, move || tx.send(()).unwrap()));
+    assert!(!entry.cancel(), "a barrier goes straight to the executor");
+    rx.recv_timeout(BARRIER_PATIENCE)
+        .expect("the executor did not reach the barrier");
+}
+
+/// Runs `f` on a thread of its own and returns its result, or panics naming `what` if it
+/// takes more than `limit` (a deadlock fails the test instead of hanging the suite).
+pub(crate) fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let worker = thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let result = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} did not return within {limit:?}"));
+    worker.join().unwrap();
+    result
+}
+
+/// Waits until `done()` holds, checking every few milliseconds; panics naming `what` after
+/// `limit`.
+pub(crate) fn eventually(limit: Duration, what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not after {limit:?}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Sets a stop flag when dropped, also while unwinding: a failed assertion inside a
+/// `thread::scope` must stop the driver threads, or the scope would wait for them forever.
+pub(crate) struct SetOnDrop<'a>(pub(crate) &'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
