@@ -25,13 +25,6 @@ use common::{Counted, PATIENCE, counted};
 
 /// Pending timers for the big `close`.
 const PENDING: usize = 1_000_000;
-/// The bound on `close` with `PENDING` timers: 100 ms in release (measured: ~30 ms). A
-/// debug build measured ~40 ms; it gets 250 ms for the slower build on a shared machine.
-const CLOSE_BOUND: Duration = if cfg!(debug_assertions) {
-    Duration::from_millis(250)
-} else {
-    Duration::from_millis(100)
-};
 /// "At once": far below the timeouts asked for (60 s), far above any scheduling hiccup.
 const AT_ONCE: Duration = Duration::from_secs(2);
 
@@ -42,7 +35,7 @@ fn mock_timer(name: &str) -> (MockTime, SystemTimer) {
 }
 
 #[test]
-fn close_with_a_million_pending_timers_is_fast_and_frees_them() {
+fn close_with_a_million_pending_timers_frees_them_without_waiting() {
     let (_time, timer) = mock_timer("million");
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
@@ -66,10 +59,9 @@ fn close_with_a_million_pending_timers_is_fast_and_frees_them() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0, "and runs none");
     assert_eq!(timer.size(), 0);
-    assert!(
-        took < CLOSE_BOUND,
-        "close took {took:?} (bound {CLOSE_BOUND:?})"
-    );
+    // Only a bound against waiting (for a timeout, a poll, a task): how fast a close is
+    // belongs to the benchmarks, not to a test that a busy machine could fail.
+    assert!(took < AT_ONCE, "close took {took:?} (bound {AT_ONCE:?})");
 }
 
 #[test]
