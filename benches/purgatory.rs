@@ -8,7 +8,14 @@
 //! second key is the next operation's first, so the completed entry left there is dropped
 //! by the next check and the lists stay short. Both purgatories give every operation a
 //! 30 s timeout on a `SystemTimer` driven by a reaper thread, and cancel it on completion:
-//! the same timer work on both sides. Each thread uses its own 512 keys.
+//! the same timer work on both sides. Each thread uses its own 512 keys. Both hash keys
+//! with std's SipHash in their maps; the crate's purgatory also picks a shard by a cheaper
+//! hash, takes each operation's lock around its check, and runs no user code under a
+//! shard lock, where the baseline checks operations under its one mutex.
+//!
+//! After criterion's own report, one table: each side's median over criterion's samples
+//! (operations per second, all threads together) and the ratio of the two, per thread
+//! count.
 //!
 //! `cargo bench -p timingwheel-benches --bench purgatory`; `TIMINGWHEEL_BENCH_QUICK=1` for a run in seconds.
 
@@ -17,6 +24,7 @@
 
 mod common;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
-use common::quick;
+use common::{median, quick};
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, SystemTimer, SystemTimerReaper, Timer,
     TimerTaskEntry, timer_task,
@@ -215,6 +223,47 @@ fn run<P: BenchPurgatory>(purgatory: &P, threads: usize, iters: u64) -> Duration
     elapsed
 }
 
+/// [`run`], noting its throughput in `runs`.
+fn timed<P: BenchPurgatory>(
+    runs: &RefCell<Vec<f64>>,
+    threads: usize,
+    iters: u64,
+    purgatory: &P,
+) -> Duration {
+    let elapsed = run(purgatory, threads, iters);
+    let ops = (threads as u64 * iters) as f64;
+    runs.borrow_mut().push(ops / elapsed.as_secs_f64());
+    elapsed
+}
+
+/// The median throughput of criterion's samples: the last [`sample_size`] timed runs.
+/// `None` for a benchmark that did not run (filtered out on the command line).
+fn sampled_median(runs: Vec<f64>) -> Option<f64> {
+    let samples = runs.len().saturating_sub(sample_size());
+    (!runs.is_empty()).then(|| median(runs[samples..].to_vec()))
+}
+
+#[allow(clippy::print_stdout)]
+fn print_ratios(medians: &[(usize, Option<f64>, Option<f64>)]) {
+    println!("\npurgatory_watch_and_complete, median of criterion's samples, ops/s (all threads)");
+    println!("| threads | timingwheel | Mutex<HashMap> | ratio |");
+    println!("|--------:|------------:|---------------:|------:|");
+    let millions =
+        |ops: Option<f64>| ops.map_or("-".to_owned(), |ops| format!("{:.2} M", ops / 1e6));
+    for &(threads, ours, baseline) in medians {
+        let ratio = ours
+            .zip(baseline)
+            .map_or("-".to_owned(), |(ours, baseline)| {
+                format!("{:.2}x", ours / baseline)
+            });
+        println!(
+            "| {threads} | {} | {} | {ratio} |",
+            millions(ours),
+            millions(baseline)
+        );
+    }
+}
+
 fn thread_counts() -> Vec<usize> {
     let hardware = thread::available_parallelism().map_or(1, |n| n.get());
     let mut counts = vec![1, 2];
@@ -224,15 +273,19 @@ fn thread_counts() -> Vec<usize> {
     counts
 }
 
+/// Criterion's samples per benchmark; the last this-many timed runs of each are its samples
+/// (the runs before them are its warm-up).
+fn sample_size() -> usize {
+    if quick() { 10 } else { 20 }
+}
+
 fn config() -> Criterion {
-    let base = Criterion::default();
+    let base = Criterion::default().sample_size(sample_size());
     if quick() {
-        base.sample_size(10)
-            .warm_up_time(Duration::from_millis(100))
+        base.warm_up_time(Duration::from_millis(100))
             .measurement_time(Duration::from_millis(300))
     } else {
-        base.sample_size(20)
-            .warm_up_time(Duration::from_millis(500))
+        base.warm_up_time(Duration::from_millis(500))
             .measurement_time(Duration::from_secs(2))
     }
 }
@@ -241,20 +294,30 @@ fn watch_and_complete(c: &mut Criterion) {
     let ours = DelayedOperationPurgatory::<u64, Produce>::new("bench", 0);
     let baseline = MutexPurgatory::new();
     let mut group = c.benchmark_group("purgatory_watch_and_complete");
+    // Per thread count: the timed runs of ours and of the baseline, as ops/s.
+    let mut medians = Vec::new();
     for threads in thread_counts() {
         group.throughput(Throughput::Elements(threads as u64));
+        let ours_runs = RefCell::new(Vec::new());
+        let baseline_runs = RefCell::new(Vec::new());
         group.bench_with_input(
             BenchmarkId::new("timingwheel", threads),
             &threads,
-            |b, &threads| b.iter_custom(|iters| run(&ours, threads, iters)),
+            |b, &threads| b.iter_custom(|iters| timed(&ours_runs, threads, iters, &ours)),
         );
         group.bench_with_input(
             BenchmarkId::new("mutex_hashmap", threads),
             &threads,
-            |b, &threads| b.iter_custom(|iters| run(&baseline, threads, iters)),
+            |b, &threads| b.iter_custom(|iters| timed(&baseline_runs, threads, iters, &baseline)),
         );
+        medians.push((
+            threads,
+            sampled_median(ours_runs.into_inner()),
+            sampled_median(baseline_runs.into_inner()),
+        ));
     }
     group.finish();
+    print_ratios(&medians);
     assert_eq!(ours.num_delayed(), 0, "every timeout was cancelled");
     assert_eq!(
         baseline.timer.size(),

@@ -3,29 +3,36 @@
 //!
 //! # Ground rules
 //!
-//! - **Watch lists.** 512 shards (Kafka's `SHARDS`); a key belongs to the shard its hash
-//!   picks. Each shard is one [`Mutex`] around a `HashMap<K, Vec<Delayed<Op>>>` (Kafka's
+//! - **Watch lists.** 512 shards (Kafka's `SHARDS`); a key belongs to the shard that the
+//!   top bits of its FxHash-style hash (seeded per purgatory, see `ShardHasher`) pick.
+//!   Each shard is one [`Mutex`] around a `HashMap<K, Vec<Delayed<Op>>>` (Kafka's
 //!   `WatcherList` and its `Watchers`) and the shard's entry count. The mutex guards both;
 //!   a key is inserted and removed, and an operation appended to or dropped from its list,
 //!   only under it. A key with an empty list is removed in the same critical section that
 //!   emptied it, so no operation is ever appended to a list that has left the map.
 //! - **No user code under a shard lock.** `check_and_complete` copies the key's list
-//!   (clones of `Delayed`, an `Arc` each) under the lock, releases it, and only then asks
-//!   each operation. Operations dropped from a list are moved out and dropped after the
-//!   lock is released, so an operation's `Drop` never runs under it either. (A key's `Drop`
-//!   may; keys are plain values.)
+//!   (clones of `Delayed`, an `Arc` each; on the stack up to 8 of them) under the lock,
+//!   releases it, and only then asks each operation. Operations dropped from a list are
+//!   moved out and dropped after the lock is released, so an operation's `Drop` never runs
+//!   under it either. (A key's `Drop` may; keys are plain values.)
 //! - **Lock order:** an operation's lock → one shard lock. `try_complete_else_watch` takes
 //!   shard locks while it holds the operation's lock; nothing takes an operation's lock
-//!   while holding a shard lock, and no call holds two shard locks.
+//!   while holding a shard lock, and no call holds two shard locks. No shard lock is held
+//!   while the timer's locks are taken (`Timer::add`, a cancel); `docs/design.md`
+//!   ("Purgatory") gives the whole order, timer and operation locks included.
 //! - **An operation's life.** Pending and watched under its keys, with a timeout in the
 //!   timer; then completed, by exactly one of: a `try_complete` that said yes
 //!   (`try_complete_else_watch`, `check_and_complete`, [`Delayed::try_complete`]),
 //!   [`Delayed::force_complete`], or the timer running its timeout. Completing cancels the
 //!   timeout at once (see [`Delayed`]). A completed operation leaves a watch list when
 //!   `check_and_complete` walks that key, or when the reaper purges.
-//! - **`estimated_total_operations`** (an atomic) counts operations watched since the last
-//!   purge; the reaper purges once it exceeds the timer's size by more than the purge
-//!   interval, as in Kafka.
+//! - **Kafka's `estimatedTotalOperations`** is split so that no thread writes a counter
+//!   another shard's users write: each shard's `operations` (an atomic, bumped under the
+//!   shard's lock when an operation's *first* key is watched there, so each operation is
+//!   counted once) only grows, and `purged_operations` (written only by `advance_clock`)
+//!   holds how much of their sum purges have taken off. The estimate is the sum minus that;
+//!   `advance_clock` purges once it exceeds the timer's size by more than the purge
+//!   interval, as in Kafka, and then takes off only what it counted.
 //! - **Reaper.** A thread named `ExpirationReaper-{broker_id}-{purgatory_name}` calls
 //!   [`advance_clock`](DelayedOperationPurgatory::advance_clock) until `shutdown`, which
 //!   sets `stopping` (under the signal's mutex, with a notify), closes the timer (waking an
@@ -38,7 +45,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -51,8 +58,12 @@ use parking_lot::{Condvar, Mutex};
 use crate::delayed_operation::Expiry;
 use crate::{Delayed, DelayedOperation, SystemTimer, Timer};
 
-/// Watch-list shards (Kafka's `SHARDS`). A power of two.
-const SHARDS: usize = 512;
+/// Watch-list shards (Kafka's `SHARDS`): `1 << SHARD_BITS`.
+const SHARDS: usize = 1 << SHARD_BITS;
+/// A shard's index is this many top bits of its key's [`ShardHasher`] hash.
+const SHARD_BITS: u32 = 9;
+/// Hashed with a fresh `RandomState` to draw a purgatory's shard seed.
+const SHARD_SEED_SALT: u64 = 0x7075_7267_6174_6f72;
 /// How long one poll of the expiration reaper waits (Kafka's `advanceClock(200L)`).
 const REAPER_POLL_MS: i64 = 200;
 /// Kafka's default purge interval.
@@ -149,10 +160,13 @@ struct Inner<K, Op> {
     timer_enabled: bool,
     /// The watch lists; see the module's ground rules.
     shards: Box<[Shard<K, Op>]>,
-    /// Picks a key's shard. Independent of the shards' own maps' hashers.
-    shard_hasher: RandomState,
-    /// Operations watched since the last purge (Kafka's `estimatedTotalOperations`).
-    estimated_total_operations: AtomicUsize,
+    /// Seeds the [`ShardHasher`] that picks a key's shard; random per purgatory.
+    /// Independent of the shards' own maps' hashers.
+    shard_seed: u64,
+    /// The part of the shards' `operations` sums that purges have already accounted for:
+    /// Kafka's `estimatedTotalOperations` is that sum minus this. Written only by
+    /// `advance_clock`, never on the hot path.
+    purged_operations: AtomicUsize,
 }
 
 /// One shard of the watch lists (Kafka's `WatcherList`), on cache lines of its own so that
@@ -160,6 +174,10 @@ struct Inner<K, Op> {
 #[repr(align(128))]
 struct Shard<K, Op> {
     lists: Mutex<ShardLists<K, Op>>,
+    /// Operations whose first key is in this shard, ever watched: this shard's part of
+    /// Kafka's `estimatedTotalOperations`. Only grows; bumped under `lists`' lock (so the
+    /// cache line is already this thread's), read without it by `advance_clock`.
+    operations: AtomicUsize,
 }
 
 /// What a shard's mutex guards.
@@ -295,15 +313,13 @@ where
             if operation.try_complete_locked() {
                 return true;
             }
-            for key in watch_keys {
+            for (i, key) in watch_keys.iter().enumerate() {
                 if operation.is_completed() {
                     break;
                 }
-                inner.watch(key, operation);
+                // Counted once, in the shard of its first key (see `Shard::operations`).
+                inner.watch(key, operation, i == 0);
             }
-            inner
-                .estimated_total_operations
-                .fetch_add(1, Ordering::Relaxed);
             // Watched under every key now: whatever makes it completable from here on is
             // followed by a `check_and_complete` that finds it.
             if operation.try_complete_locked() {
@@ -361,12 +377,13 @@ where
     /// the purgatory stays usable, and the operations not yet asked stay watched.
     pub fn check_and_complete(&self, key: &K) -> usize {
         let inner = &*self.inner;
-        let Some(watched) = inner.watched_under(key) else {
+        let shard = inner.shard(key);
+        let Some(watched) = shard.watched_under(key) else {
             return 0;
         };
         let mut completed = 0;
         let mut stale = false;
-        for operation in &watched {
+        for operation in watched.iter() {
             if operation.is_completed() {
                 // Completed through another key, by force or by expiry: only to be dropped.
                 stale = true;
@@ -375,7 +392,7 @@ where
             }
         }
         if stale || completed > 0 {
-            inner.remove_completed(key);
+            shard.remove_completed(key);
         }
         completed
     }
@@ -386,7 +403,28 @@ where
     ///
     /// # Examples
     ///
-    /// See [`try_complete_else_watch`](Self::try_complete_else_watch).
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<&str, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// let op = Delayed::new(Op);
+    /// purgatory.try_complete_else_watch(&op, &["a", "b", "c"]);
+    /// assert_eq!(purgatory.watched(), 3);
+    /// op.force_complete();
+    /// assert_eq!(purgatory.watched(), 3, "completed, still listed until checked or purged");
+    /// purgatory.check_and_complete(&"a");
+    /// assert_eq!(purgatory.watched(), 2);
+    /// ```
     pub fn watched(&self) -> usize {
         self.inner
             .shards
@@ -399,7 +437,27 @@ where
     ///
     /// # Examples
     ///
-    /// See [`Delayed::force_complete`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let timer = Arc::new(MockTimer::new());
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::clone(&timer))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[7]);
+    /// assert_eq!(purgatory.num_delayed(), 1);
+    /// timer.time().sleep(500);
+    /// purgatory.advance_clock(0); // the timeout expires
+    /// assert_eq!(purgatory.num_delayed(), 0);
+    /// ```
     pub fn num_delayed(&self) -> usize {
         self.inner.timer.size()
     }
@@ -440,7 +498,7 @@ where
     /// list; they are left out here.
     pub fn cancel_for_key(&self, key: &K) -> Vec<Delayed<Op>> {
         let removed = {
-            let mut guard = self.inner.shard(key).lock();
+            let mut guard = self.inner.shard(key).lists.lock();
             let shard = &mut *guard;
             match shard.watchers.remove(key) {
                 Some(list) => {
@@ -550,56 +608,39 @@ where
     K: Eq + Hash + Clone + Send + Sync + 'static,
     Op: DelayedOperation,
 {
-    /// The shard `key` belongs to.
-    fn shard(&self, key: &K) -> &Mutex<ShardLists<K, Op>> {
-        let hash = self.shard_hasher.hash_one(key) as usize;
-        &self.shards[hash & (SHARDS - 1)].lists
+    /// The shard `key` belongs to: the top bits of its [`ShardHasher`] hash.
+    fn shard(&self, key: &K) -> &Shard<K, Op> {
+        let mut hasher = ShardHasher::new(self.shard_seed);
+        key.hash(&mut hasher);
+        &self.shards[(hasher.finish() >> (u64::BITS - SHARD_BITS)) as usize]
     }
 
-    /// Appends `operation` to the watch list of `key` (Kafka's `watchForOperation`).
-    fn watch(&self, key: &K, operation: &Delayed<Op>) {
-        let mut guard = self.shard(key).lock();
-        let shard = &mut *guard;
-        match shard.watchers.get_mut(key) {
+    /// Appends `operation` to the watch list of `key` (Kafka's `watchForOperation`); if
+    /// `count`, adds it to the estimate of watched operations too.
+    fn watch(&self, key: &K, operation: &Delayed<Op>, count: bool) {
+        let shard = self.shard(key);
+        let mut guard = shard.lists.lock();
+        let lists = &mut *guard;
+        match lists.watchers.get_mut(key) {
             Some(list) => list.push(operation.clone()),
             None => {
-                shard.watchers.insert(key.clone(), vec![operation.clone()]);
+                // Room for 4 from the start: what the first push would grow it to anyway.
+                let mut list = Vec::with_capacity(4);
+                list.push(operation.clone());
+                lists.watchers.insert(key.clone(), list);
             }
         }
-        shard.watched += 1;
-    }
-
-    /// A copy of the watch list of `key`, if it has one.
-    fn watched_under(&self, key: &K) -> Option<Vec<Delayed<Op>>> {
-        self.shard(key).lock().watchers.get(key).cloned()
-    }
-
-    /// Drops the completed operations from the list of `key`, and the key if its list is
-    /// left empty. Returns how many it dropped.
-    fn remove_completed(&self, key: &K) -> usize {
-        let mut removed = Vec::new();
-        {
-            let mut guard = self.shard(key).lock();
-            let shard = &mut *guard;
-            let Some(list) = shard.watchers.get_mut(key) else {
-                return 0;
-            };
-            move_out_completed(list, &mut removed);
-            if list.is_empty() {
-                shard.watchers.remove(key);
-                shrink_if_sparse(&mut shard.watchers);
-            }
-            shard.watched -= removed.len();
+        lists.watched += 1;
+        if count {
+            shard.operations.fetch_add(1, Ordering::Relaxed);
         }
-        // The operations are dropped here, after the lock was released.
-        removed.len()
     }
 
     /// Drops every completed operation from every watch list (Kafka's purge). Returns how
     /// many entries it dropped.
     fn purge_completed(&self) -> usize {
         let mut purged = 0;
-        let mut removed = Vec::new();
+        let mut removed = Batch::with_capacity(0);
         for shard in self.shards.iter() {
             {
                 let mut guard = shard.lists.lock();
@@ -623,14 +664,21 @@ where
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         let flushed = self.timer.advance_clock(timeout_ms);
         let delayed = self.timer.size();
-        let estimated = self.estimated_total_operations.load(Ordering::Relaxed);
+        // Kafka's `estimatedTotalOperations`: 512 relaxed loads, once per step.
+        let watched_ever = self
+            .shards
+            .iter()
+            .map(|shard| shard.operations.load(Ordering::Relaxed))
+            .fold(0, usize::wrapping_add);
+        let estimated = watched_ever.saturating_sub(self.purged_operations.load(Ordering::Relaxed));
         let completed = estimated.saturating_sub(delayed);
         if completed > self.purge_interval {
             // Only what was counted is taken off: operations watched meanwhile stay counted.
-            let _ = self.estimated_total_operations.fetch_update(
+            // Never past the sum read (concurrent callers of `advance_clock`).
+            let _ = self.purged_operations.fetch_update(
                 Ordering::Relaxed,
                 Ordering::Relaxed,
-                |now| Some(now.saturating_sub(completed)),
+                |purged| Some(purged.saturating_add(completed).min(watched_ever)),
             );
             let purged = self.purge_completed();
             log::debug!(
@@ -642,21 +690,56 @@ where
     }
 }
 
+impl<K, Op> Shard<K, Op>
+where
+    K: Eq + Hash,
+    Op: DelayedOperation,
+{
+    /// A copy of the watch list of `key`, if it has one: clones (an `Arc` each) on the
+    /// stack for a short list, so that the common check allocates nothing.
+    fn watched_under(&self, key: &K) -> Option<Batch<Delayed<Op>>> {
+        let guard = self.lists.lock();
+        let list = guard.watchers.get(key)?;
+        let mut copy = Batch::with_capacity(list.len());
+        for operation in list {
+            copy.push(operation.clone());
+        }
+        Some(copy)
+    }
+
+    /// Drops the completed operations from the list of `key`, and the key if its list is
+    /// left empty. Returns how many it dropped.
+    fn remove_completed(&self, key: &K) -> usize {
+        let mut removed = Batch::with_capacity(0);
+        {
+            let mut guard = self.lists.lock();
+            let lists = &mut *guard;
+            let Some(list) = lists.watchers.get_mut(key) else {
+                return 0;
+            };
+            move_out_completed(list, &mut removed);
+            if list.is_empty() {
+                lists.watchers.remove(key);
+                shrink_if_sparse(&mut lists.watchers);
+            }
+            lists.watched -= removed.len();
+        }
+        // The operations are dropped here, after the lock was released.
+        removed.len()
+    }
+}
+
 /// Moves the completed operations of `list` to `removed`, keeping the order of the others,
 /// and gives back the list's memory once it is mostly empty.
 fn move_out_completed<Op: DelayedOperation>(
     list: &mut Vec<Delayed<Op>>,
-    removed: &mut Vec<Delayed<Op>>,
+    removed: &mut Batch<Delayed<Op>>,
 ) {
-    list.retain(|operation| {
-        let pending = !operation.is_completed();
-        if !pending {
-            // A second reference, so that the one in the list is never the last: the
-            // operation is dropped with `removed`, after the caller releases its lock.
-            removed.push(operation.clone());
-        }
-        pending
-    });
+    // Moved, not dropped: the operation is dropped with `removed`, after the caller
+    // releases its lock.
+    for operation in list.extract_if(.., |operation| operation.is_completed()) {
+        removed.push(operation);
+    }
     if list.capacity() > 16 && list.len() * 4 < list.capacity() {
         list.shrink_to(list.len() * 2);
     }
@@ -666,6 +749,114 @@ fn move_out_completed<Op: DelayedOperation>(
 fn shrink_if_sparse<K: Eq + Hash, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > 64 && map.len() * 4 < map.capacity() {
         map.shrink_to(map.len() * 2);
+    }
+}
+
+/// Picks a key's shard: FxHash's scheme (rustc's hasher: one rotate, xor and multiply per
+/// word of the key) with the golden-ratio multiplier, started from a per-purgatory seed. A few nanoseconds for a small key, against
+/// some twenty for SipHash. The multiply carries every bit of the key into the top bits,
+/// which are the ones [`Inner::shard`] uses. Not resistant to keys chosen to collide: the
+/// worst such keys can do is crowd one shard's mutex, as each shard's map still hashes with
+/// SipHash.
+struct ShardHasher {
+    hash: u64,
+}
+
+impl ShardHasher {
+    /// 2^64 divided by the golden ratio (Knuth's Fibonacci hashing), not FxHash's 2^64 / pi:
+    /// multiples of it spread evenly over the top bits, where pi's close fraction 113/355
+    /// bunches sequential keys into some 355 of the 512 shards.
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    fn new(seed: u64) -> ShardHasher {
+        ShardHasher { hash: seed }
+    }
+
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+/// `Hasher::write_u8` and its siblings: the integer, widened, as one word.
+macro_rules! write_words {
+    ($($name:ident: $int:ty),*) => {
+        $(
+            #[inline]
+            fn $name(&mut self, i: $int) {
+                self.add(i as u64);
+            }
+        )*
+    };
+}
+
+impl Hasher for ShardHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    // Integers are one word each, as in rustc's FxHasher.
+    write_words!(write_u8: u8, write_u16: u16, write_u32: u32, write_u64: u64, write_usize: usize);
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+/// Items kept on the stack while there are at most [`Batch::INLINE`] of them, the rest in
+/// a `Vec`: the copy of a watch list that `check_and_complete` walks, and the completed
+/// operations taken out of a list to be dropped after its lock is released. Most lists are
+/// short, so most calls allocate nothing.
+struct Batch<T> {
+    inline: [Option<T>; Batch::<()>::INLINE],
+    len: usize,
+    spilled: Vec<T>,
+}
+
+impl<T> Batch<T> {
+    const INLINE: usize = 8;
+
+    /// An empty batch, with room for `capacity` items in all.
+    fn with_capacity(capacity: usize) -> Batch<T> {
+        Batch {
+            inline: [const { None }; Batch::<()>::INLINE],
+            len: 0,
+            spilled: Vec::with_capacity(capacity.saturating_sub(Self::INLINE)),
+        }
+    }
+
+    fn push(&mut self, item: T) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = Some(item),
+            None => self.spilled.push(item),
+        }
+        self.len += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Drops the items, keeping the `Vec`'s memory.
+    fn clear(&mut self) {
+        self.inline.iter_mut().for_each(|slot| *slot = None);
+        self.spilled.clear();
+        self.len = 0;
+    }
+
+    /// The items, in push order.
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.inline.iter().flatten().chain(&self.spilled)
     }
 }
 
@@ -736,7 +927,24 @@ where
     ///
     /// # Examples
     ///
-    /// See [`DelayedOperationPurgatoryBuilder`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, Timer, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let timer = Arc::new(MockTimer::new());
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::clone(&timer))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
+    /// assert_eq!(timer.size(), 1, "the timeout went to this timer");
+    /// ```
     pub fn timer(mut self, timer: impl Timer + 'static) -> Self {
         self.timer = Some(Arc::new(timer));
         self
@@ -746,7 +954,23 @@ where
     ///
     /// # Examples
     ///
-    /// See [`DelayedOperationPurgatoryBuilder`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .broker_id(7) // its reaper thread: ExpirationReaper-7-Fetch
+    ///     .build();
+    /// assert!(format!("{purgatory:?}").contains("broker_id: 7"));
+    /// purgatory.shutdown();
+    /// ```
     pub fn broker_id(mut self, broker_id: i32) -> Self {
         self.broker_id = broker_id;
         self
@@ -757,7 +981,27 @@ where
     ///
     /// # Examples
     ///
-    /// See [`DelayedOperationPurgatory::advance_clock`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .purge_interval(0)
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// let op = Delayed::new(Op);
+    /// purgatory.try_complete_else_watch(&op, &[1, 2]);
+    /// op.force_complete();
+    /// purgatory.advance_clock(0);
+    /// assert_eq!(purgatory.watched(), 0, "1 completed > purge interval 0: purged");
+    /// ```
     pub fn purge_interval(mut self, purge_interval: usize) -> Self {
         self.purge_interval = purge_interval;
         self
@@ -769,7 +1013,25 @@ where
     ///
     /// # Examples
     ///
-    /// See [`DelayedOperationPurgatoryBuilder`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let timer = Arc::new(MockTimer::new());
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::clone(&timer))
+    ///     .reaper_enabled(false) // this test moves time itself
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
+    /// timer.time().sleep(500);
+    /// assert!(purgatory.advance_clock(0), "the timeout expired on this thread");
+    /// ```
     pub fn reaper_enabled(mut self, reaper_enabled: bool) -> Self {
         self.reaper_enabled = reaper_enabled;
         self
@@ -843,7 +1105,22 @@ where
     ///
     /// # Examples
     ///
-    /// See [`DelayedOperationPurgatoryBuilder`].
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// assert_eq!((purgatory.watched(), purgatory.num_delayed()), (0, 0));
+    /// ```
     ///
     /// # Panics
     ///
@@ -859,10 +1136,11 @@ where
                         watchers: HashMap::new(),
                         watched: 0,
                     }),
+                    operations: AtomicUsize::new(0),
                 })
                 .collect(),
-            shard_hasher: RandomState::new(),
-            estimated_total_operations: AtomicUsize::new(0),
+            shard_seed: RandomState::new().hash_one(SHARD_SEED_SALT),
+            purged_operations: AtomicUsize::new(0),
             purgatory_name: self.purgatory_name,
             broker_id: self.broker_id,
             timer,
@@ -993,4 +1271,43 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys per shard for `keys`, hashed the way `Inner::shard` does.
+    fn spread(keys: impl Iterator<Item = impl Hash>) -> Vec<usize> {
+        let mut per_shard = vec![0; SHARDS];
+        for key in keys {
+            let mut hasher = ShardHasher::new(0x1234_5678_9abc_def0);
+            key.hash(&mut hasher);
+            per_shard[(hasher.finish() >> (u64::BITS - SHARD_BITS)) as usize] += 1;
+        }
+        per_shard
+    }
+
+    #[test]
+    fn shard_hash_spreads_keys_that_a_modulo_would_not() {
+        // 16 keys per shard on average; sequential keys, multiples of the shard count (all
+        // in shard 0 under `hash % 512` of an identity hash), and short strings.
+        let sequential = spread(0..SHARDS as u64 * 16);
+        let strided = spread((0..SHARDS as u64 * 16).map(|i| i * SHARDS as u64));
+        let names = spread((0..SHARDS * 16).map(|i| format!("orders-{i}")));
+        for per_shard in [sequential, strided, names] {
+            let (min, max) = (per_shard.iter().min(), per_shard.iter().max());
+            assert!(min >= Some(&2) && max <= Some(&40), "{min:?}..{max:?}");
+        }
+    }
+
+    #[test]
+    fn batch_keeps_push_order_past_its_inline_part() {
+        let mut batch = Batch::with_capacity(20);
+        (0..20).for_each(|i| batch.push(i));
+        assert_eq!(batch.len(), 20);
+        assert!(batch.iter().copied().eq(0..20));
+        batch.clear();
+        assert_eq!((batch.len(), batch.iter().count()), (0, 0));
+    }
 }
