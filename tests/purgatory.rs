@@ -439,6 +439,35 @@ fn the_reaper_step_purges_only_past_the_purge_interval() {
 }
 
 #[test]
+fn the_purge_interval_counts_operations_whatever_shards_their_keys_fall_in() {
+    // Distinct first keys spread the operations over many watch-list shards, each of which
+    // counts its own; the purge must still see their sum.
+    const PURGE_INTERVAL: usize = 500;
+    let purgatory = <Purgatory>::builder("test")
+        .timer(MockTimer::new())
+        .purge_interval(PURGE_INTERVAL)
+        .reaper_enabled(false)
+        .build();
+    let watch_and_force = |keys: std::ops::Range<u32>| {
+        for key in keys {
+            let op = Probe::delayed(NEVER_MS);
+            purgatory.try_complete_else_watch(&op, &[key]);
+            op.force_complete();
+        }
+    };
+    watch_and_force(0..PURGE_INTERVAL as u32);
+    purgatory.advance_clock(0);
+    assert_eq!(
+        purgatory.watched(),
+        PURGE_INTERVAL,
+        "500 is not more than 500"
+    );
+    watch_and_force(10_000..10_001);
+    purgatory.advance_clock(0);
+    assert_eq!(purgatory.watched(), 0, "501 > 500: every list purged");
+}
+
+#[test]
 fn purged_operations_are_freed() {
     const OPERATIONS: usize = 1_000;
     let purgatory = <Purgatory>::builder("test")
