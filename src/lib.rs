@@ -104,6 +104,11 @@
 //! - Purgatory: `on_complete` runs exactly once per operation and `on_expiration` at most
 //!   once, only after an expiry; completing an operation cancels its timeout inside the
 //!   call; a completion is never missed.
+//! - Memory follows the live set by itself. Storage a timer no longer needs is freed on a
+//!   background thread (`timingwheel-reclaim`, one per process), and with glibc's
+//!   allocator that thread, after it has freed a megabyte or more and then been idle for
+//!   100 ms, calls `malloc_trim(0)` so that the pages come back to the operating system.
+//!   That trims the whole process's heap, not only the timer's share.
 //!
 //! # Implementation
 //!
