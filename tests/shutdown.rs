@@ -672,7 +672,8 @@ fn stop_hands_back_exactly_the_waiting_tasks_on_every_timer() {
     }
 }
 
-/// `stop` half-way through three threads' adds (a third of them cancelled at once) while
+/// `stop` half-way through three threads' adds (a third of them cancelled at once; each
+/// thread waits half-way until the stop begins) while
 /// two more drive the timer, on every timer type: each task ends exactly one way — run
 /// once, cancelled by one `cancel()` that returned true, handed back by `stop`, or refused
 /// by the stopped timer — and is dropped exactly once.
@@ -689,6 +690,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
             (0..ADDERS).map(|_| Mutex::new(Vec::new())).collect();
         let done = AtomicBool::new(false);
         let progress = AtomicUsize::new(0);
+        let stopping = AtomicBool::new(false);
         let (handed_back, runs_at_stop) = thread::scope(|s| {
             for _ in 0..DRIVERS {
                 s.spawn(|| {
@@ -699,10 +701,17 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
                 });
             }
             for t in 0..ADDERS {
-                let (timer, slots, refused, entries, progress) =
-                    (&timer, &slots, &refused, &entries, &progress);
+                let (timer, slots, refused, entries, progress, stopping) =
+                    (&timer, &slots, &refused, &entries, &progress, &stopping);
                 s.spawn(move || {
                     for i in 0..PER_ADDER {
+                        if i == PER_ADDER / 2 {
+                            // Half-way, wait for the stop, so that the other half races it
+                            // however the threads are scheduled.
+                            while !stopping.load(Ordering::SeqCst) {
+                                thread::yield_now();
+                            }
+                        }
                         let id = t * PER_ADDER + i;
                         // Already expired, due within a few ms, or a minute out.
                         let delay_ms = if i % 5 == 0 {
@@ -724,6 +733,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
             while progress.load(Ordering::SeqCst) < TASKS / 2 {
                 thread::yield_now();
             }
+            stopping.store(true, Ordering::SeqCst);
             let handed_back = timer.stop();
             let runs_at_stop = slots.total_runs();
             done.store(true, Ordering::SeqCst);
