@@ -615,14 +615,6 @@ impl Shard {
         }
     }
 
-    /// Locks the shard if no one holds it.
-    pub(crate) fn try_lock(&self) -> Option<ShardGuard<'_>> {
-        Some(ShardGuard {
-            state: Some(self.state.try_lock()?),
-            shard: self,
-        })
-    }
-
     /// Locks the shard ahead of adds and cancels: until this thread has the lock, each of
     /// them hands it over fairly when it unlocks, instead of taking it straight back.
     ///

@@ -68,27 +68,6 @@ impl<T> ShardedRwLock<T> {
         self.read_with(stripe, Shard::lock)
     }
 
-    /// Takes the read lock of the first stripe from `stripe` on that no one holds, or, if
-    /// every stripe is held, waits for stripe `stripe`'s.
-    ///
-    /// For `add`, which may put its entry in any shard: a flush holds one stripe at a time
-    /// while it re-adds a chunk, and a thread adding there would otherwise wait for the
-    /// chunk (and, on a busy machine, for the flushing thread to be scheduled again).
-    pub(crate) fn read_free_stripe(&self, stripe: usize) -> ReadGuard<'_, T> {
-        let shards = self.store.shards();
-        for offset in 0..shards.len() {
-            let shard = shards[(stripe + offset) & (shards.len() - 1)];
-            if let Some(guard) = shard.try_lock() {
-                return ReadGuard {
-                    value: &self.value,
-                    shard,
-                    guard,
-                };
-            }
-        }
-        self.read_stripe(stripe)
-    }
-
     /// Takes the read lock of stripe `stripe` ahead of the threads that add and cancel
     /// there (see `Shard::lock_urgent`): for the timer's own work, a flush.
     pub(crate) fn read_stripe_urgent(&self, stripe: usize) -> ReadGuard<'_, T> {
@@ -235,44 +214,5 @@ mod tests {
         });
         drop(held);
         drop(lock.write());
-    }
-
-    #[test]
-    fn an_adder_takes_the_next_free_stripe_and_waits_only_when_all_are_held() {
-        let lock = ShardedRwLock::new((), 4, None);
-        let shards = lock.store.shards().to_vec();
-        let index = |guard: &ReadGuard<'_, ()>| {
-            shards
-                .iter()
-                .position(|shard| std::ptr::eq(*shard, guard.shard()))
-                .unwrap()
-        };
-        let first = lock.read_stripe(1);
-        let second = lock.read_stripe(2);
-        thread::scope(|s| {
-            let other = s.spawn(|| index(&lock.read_free_stripe(1)));
-            assert_eq!(other.join().unwrap(), 3, "1 and 2 are held: the next is 3");
-            let wrapped = s.spawn(|| index(&lock.read_free_stripe(3 + 4)));
-            assert_eq!(wrapped.join().unwrap(), 3, "the hint wraps around");
-        });
-        let rest = [lock.read_stripe(0), lock.read_stripe(3)];
-        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
-        thread::scope(|s| {
-            s.spawn(|| {
-                let guard = lock.read_free_stripe(2);
-                taken_tx.send(index(&guard)).unwrap();
-            });
-            assert!(
-                taken_rx.recv_timeout(Duration::from_millis(50)).is_err(),
-                "every stripe is held: it must wait"
-            );
-            drop(second);
-            assert_eq!(
-                taken_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
-                2,
-                "and then takes its own stripe"
-            );
-        });
-        drop((first, rest));
     }
 }

@@ -352,7 +352,7 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
-        let mut read = self.timing_wheel.read_free_stripe(thread_hint());
+        let mut read = self.timing_wheel.read_stripe(thread_hint());
         if self.closed.load(Ordering::Acquire) {
             drop(read);
             drop(task);
