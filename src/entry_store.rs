@@ -687,8 +687,8 @@ impl Drop for ShardGuard<'_> {
             drop(state);
         }
         if let Some(released) = released {
-            let bytes = slot_bytes(&released.0)
-                + released.1.len() * std::mem::size_of::<crate::timer_task_list::Block>();
+            let bytes =
+                slot_bytes(&released.0) + released.1.len() * crate::timer_task_list::BLOCK_BYTES;
             crate::reclaim::free_later(released, bytes);
         }
     }

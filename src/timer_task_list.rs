@@ -144,6 +144,9 @@ const BLOCK: usize = 256;
 /// A block of a ring.
 pub(crate) type Block = Box<[u32; BLOCK]>;
 
+/// The heap bytes one [`Block`] points to.
+pub(crate) const BLOCK_BYTES: usize = std::mem::size_of::<[u32; BLOCK]>();
+
 /// The blocks a shard's rings let go of, kept for the rings that grow.
 #[derive(Default)]
 pub(crate) struct Blocks {
