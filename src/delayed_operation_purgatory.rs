@@ -35,27 +35,25 @@
 //!   interval, as in Kafka, and then takes off only what it counted.
 //! - **Reaper.** A thread named `ExpirationReaper-{broker_id}-{purgatory_name}` calls
 //!   [`advance_clock`](DelayedOperationPurgatory::advance_clock) until `shutdown`, which
-//!   sets `stopping` (under the signal's mutex, with a notify), closes the timer (waking an
-//!   `advance_clock` blocked in its poll), and joins the thread. When `advance_clock`
-//!   returns early with nothing flushed (a closed or mock timer), the thread waits out the
-//!   rest of its poll on the signal's condition variable, so it never spins and still
-//!   stops at once.
+//!   asks it to stop, closes the timer (waking an `advance_clock` blocked in its poll), and
+//!   joins the thread. It is the same reaper loop as `SystemTimerReaper`'s
+//!   (`system_timer_reaper::ReaperThread`): after a poll with nothing flushed (a closed or
+//!   mock timer) it waits out the rest of the poll, so it never spins and still stops at
+//!   once, and a panic in a poll is logged and the loop goes on.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::marker::PhantomData;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread::{JoinHandle, ThreadId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::delayed_operation::Expiry;
+use crate::system_timer_reaper::ReaperThread;
 use crate::{Delayed, DelayedOperation, SystemTimer, Timer};
 
 /// Watch-list shards (Kafka's `SHARDS`): `1 << SHARD_BITS`.
@@ -148,7 +146,7 @@ const PURGE_INTERVAL: usize = 1_000;
 pub struct DelayedOperationPurgatory<K, Op> {
     inner: Arc<Inner<K, Op>>,
     /// `None` when the reaper is disabled.
-    reaper: Option<Reaper>,
+    reaper: Option<ReaperThread>,
 }
 
 /// What the purgatory handle and its reaper thread share.
@@ -593,7 +591,7 @@ impl<K, Op> DelayedOperationPurgatory<K, Op> {
     /// [`shutdown`](Self::shutdown), for `Drop` too.
     fn stop(&self) {
         if let Some(reaper) = &self.reaper {
-            reaper.signal.stop();
+            reaper.request_stop();
         }
         // Wakes a reaper blocked in the timer's poll.
         self.inner.timer.close();
@@ -1149,7 +1147,7 @@ where
         });
         let reaper = self
             .reaper_enabled
-            .then(|| Reaper::start(Arc::clone(&inner), self.reaper_poll_ms));
+            .then(|| start_reaper(Arc::clone(&inner), self.reaper_poll_ms));
         DelayedOperationPurgatory { inner, reaper }
     }
 }
@@ -1167,110 +1165,23 @@ impl<K, Op> fmt::Debug for DelayedOperationPurgatoryBuilder<K, Op> {
     }
 }
 
-/// The expiration reaper thread (Kafka's `ExpiredOperationReaper`).
-struct Reaper {
-    signal: Arc<ReaperSignal>,
-    /// Taken and joined, under the lock, by the first `shutdown` off the reaper thread.
-    thread: Mutex<Option<JoinHandle<()>>>,
-    thread_id: ThreadId,
-}
-
-/// Tells the reaper thread to stop, and wakes it where it waits out a poll.
-struct ReaperSignal {
-    /// Set once, by `shutdown`; guarded by the mutex so that a wait cannot miss it.
-    stopping: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl ReaperSignal {
-    fn stop(&self) {
-        *self.stopping.lock() = true;
-        self.wake.notify_all();
-    }
-
-    fn is_stopping(&self) -> bool {
-        *self.stopping.lock()
-    }
-
-    /// Waits until `deadline` or until stopped, whichever comes first.
-    fn wait_until(&self, deadline: Instant) {
-        let mut stopping = self.stopping.lock();
-        while !*stopping && Instant::now() < deadline {
-            self.wake.wait_until(&mut stopping, deadline);
-        }
-    }
-}
-
-impl Reaper {
-    fn start<K, Op>(inner: Arc<Inner<K, Op>>, poll_ms: i64) -> Reaper
-    where
-        K: Eq + Hash + Clone + Send + Sync + 'static,
-        Op: DelayedOperation,
-    {
-        let name = format!(
-            "ExpirationReaper-{}-{}",
-            inner.broker_id, inner.purgatory_name
-        );
-        let signal = Arc::new(ReaperSignal {
-            stopping: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let poll = Duration::from_millis(poll_ms.unsigned_abs());
-        let thread = {
-            let signal = Arc::clone(&signal);
-            let thread_name = name.clone();
-            std::thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    let name = thread_name;
-                    log::debug!("{name}: started");
-                    while !signal.is_stopping() {
-                        let started = Instant::now();
-                        let step = catch_unwind(AssertUnwindSafe(|| inner.advance_clock(poll_ms)));
-                        let flushed = step.unwrap_or_else(|panic| {
-                            log::error!(
-                                "{name}: an operation's callback panicked: {}; reaping on",
-                                panic_message(&*panic)
-                            );
-                            false
-                        });
-                        if !flushed {
-                            // A poll that returned early with nothing to do (a closed timer, a
-                            // mock clock) must not turn into a spin.
-                            signal.wait_until(started + poll);
-                        }
-                    }
-                    log::debug!("{name}: stopped");
-                })
-                .unwrap_or_else(|e| panic!("cannot spawn the reaper thread {name:?}: {e}"))
-        };
-        Reaper {
-            signal,
-            thread_id: thread.thread().id(),
-            thread: Mutex::new(Some(thread)),
-        }
-    }
-
-    /// Waits for the reaper thread to end, unless called on it.
-    fn join(&self) {
-        if std::thread::current().id() == self.thread_id {
-            return;
-        }
-        // Joined under the lock: a concurrent `shutdown` waits here until the thread ended.
-        let mut thread = self.thread.lock();
-        if let Some(Err(_)) = thread.take().map(JoinHandle::join) {
-            log::error!("an expiration reaper thread panicked");
-        }
-    }
-}
-
-/// The message of a caught panic.
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+/// Starts the expiration reaper thread (Kafka's `ExpiredOperationReaper`), named
+/// `ExpirationReaper-{broker_id}-{purgatory_name}`.
+fn start_reaper<K, Op>(inner: Arc<Inner<K, Op>>, poll_ms: i64) -> ReaperThread
+where
+    K: Eq + Hash + Clone + Send + Sync + 'static,
+    Op: DelayedOperation,
+{
+    let name = format!(
+        "ExpirationReaper-{}-{}",
+        inner.broker_id, inner.purgatory_name
+    );
+    ReaperThread::spawn(
+        name.clone(),
+        name,
+        Duration::from_millis(poll_ms.unsigned_abs()),
+        move || inner.advance_clock(poll_ms),
+    )
 }
 
 #[cfg(test)]

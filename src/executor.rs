@@ -199,7 +199,8 @@ fn drop_payload(payload: Box<dyn Any + Send>) {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> &str {
+/// The message of a caught panic, or `(no message)`.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
     payload
         .downcast_ref::<&str>()
         .copied()

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::executor::panic_message;
 use crate::{Timer, TimerTask, TimerTaskEntry};
 
 /// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
@@ -94,14 +95,51 @@ const WORK_TIMEOUT_MS: i64 = 200;
 ///   does not block (Kafka's reaper spins on a `MockTimer`).
 pub struct SystemTimerReaper {
     timer: Arc<dyn Timer>,
+    thread: ReaperThread,
+}
+
+impl SystemTimerReaper {
+    /// Wraps `timer` and starts the thread `reaper_name` that drives it.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the thread cannot be spawned.
+    pub fn new<T: Timer + 'static>(reaper_name: &str, timer: T) -> SystemTimerReaper {
+        let timer: Arc<dyn Timer> = Arc::new(timer);
+        let polled = Arc::clone(&timer);
+        let thread = ReaperThread::spawn(
+            format!("reaper {reaper_name}"),
+            reaper_name.to_owned(),
+            Duration::from_millis(WORK_TIMEOUT_MS as u64),
+            move || polled.advance_clock(WORK_TIMEOUT_MS),
+        );
+        SystemTimerReaper { timer, thread }
+    }
+
+    /// True once the reaper thread has ended (after [`close`](Timer::close)).
+    pub fn is_shutdown(&self) -> bool {
+        self.thread.is_finished()
+    }
+}
+
+/// A named thread that polls until asked to stop: the loop of Kafka's reapers, shared by
+/// [`SystemTimerReaper`] and the purgatory's expiration reaper. See the module's ground
+/// rules.
+///
+/// Each `poll` may block for up to `period` and returns whether it did work. After one that
+/// did none, the thread waits out the rest of `period` (so it never spins on a closed timer
+/// or on one that does not block), and [`request_stop`](Self::request_stop) ends that wait
+/// at once. A panic in `poll` is caught and logged with the thread's name, and the loop
+/// goes on.
+pub(crate) struct ReaperThread {
     shutdown: Arc<Shutdown>,
-    /// Taken and joined, under the lock, by the first `close` from another thread.
+    /// Taken and joined, under the lock, by the first `join` from another thread.
     thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
     finished: Arc<AtomicBool>,
 }
 
-/// The reaper's shutdown flag, and the condvar its thread waits on between early polls.
+/// The reaper's stop flag, and the condvar its thread waits on between early polls.
 struct Shutdown {
     requested: Mutex<bool>,
     wake: Condvar,
@@ -117,7 +155,7 @@ impl Shutdown {
         *self.requested.lock()
     }
 
-    /// Waits until `until` or until shutdown is requested, whichever comes first.
+    /// Waits until `until` or until a stop is requested, whichever comes first.
     fn wait_until(&self, until: Instant) {
         let mut requested = self.requested.lock();
         while !*requested {
@@ -128,36 +166,49 @@ impl Shutdown {
     }
 }
 
-impl SystemTimerReaper {
-    /// Wraps `timer` and starts the thread `reaper_name` that drives it.
+impl ReaperThread {
+    /// Starts the thread `thread_name`, which logs as `log_name` and calls `poll` until
+    /// [`request_stop`](Self::request_stop).
     ///
     /// # Panics
     ///
     /// Panics if the thread cannot be spawned.
-    pub fn new<T: Timer + 'static>(reaper_name: &str, timer: T) -> SystemTimerReaper {
-        let timer: Arc<dyn Timer> = Arc::new(timer);
+    pub(crate) fn spawn(
+        log_name: String,
+        thread_name: String,
+        period: Duration,
+        mut poll: impl FnMut() -> bool + Send + 'static,
+    ) -> ReaperThread {
         let shutdown = Arc::new(Shutdown {
             requested: Mutex::new(false),
             wake: Condvar::new(),
         });
         let finished = Arc::new(AtomicBool::new(false));
         let thread = {
-            let timer = Arc::clone(&timer);
             let shutdown = Arc::clone(&shutdown);
             let finished = Arc::clone(&finished);
-            let name = reaper_name.to_owned();
             std::thread::Builder::new()
-                .name(reaper_name.to_owned())
+                .name(thread_name.clone())
                 .spawn(move || {
-                    log::debug!("reaper {name}: started");
-                    reap(&name, &*timer, &shutdown);
-                    log::debug!("reaper {name}: stopped");
+                    log::debug!("{log_name}: started");
+                    while !shutdown.is_requested() {
+                        let started = Instant::now();
+                        match catch_unwind(AssertUnwindSafe(&mut poll)) {
+                            Ok(true) => continue,
+                            Ok(false) => {}
+                            Err(panic) => log::error!(
+                                "{log_name}: a poll panicked: {}; reaping on",
+                                panic_message(&*panic)
+                            ),
+                        }
+                        shutdown.wait_until(started + period);
+                    }
+                    log::debug!("{log_name}: stopped");
                     finished.store(true, Ordering::Release);
                 })
-                .unwrap_or_else(|e| panic!("cannot spawn reaper thread {reaper_name:?}: {e}"))
+                .unwrap_or_else(|e| panic!("cannot spawn reaper thread {thread_name:?}: {e}"))
         };
-        SystemTimerReaper {
-            timer,
+        ReaperThread {
             shutdown,
             thread_id: thread.thread().id(),
             thread: Mutex::new(Some(thread)),
@@ -165,26 +216,26 @@ impl SystemTimerReaper {
         }
     }
 
-    /// True once the reaper thread has ended (after [`close`](Timer::close)).
-    pub fn is_shutdown(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
+    /// Asks the thread to stop after its current poll, and wakes it where it waits.
+    pub(crate) fn request_stop(&self) {
+        self.shutdown.request();
     }
-}
 
-/// The reaper thread's loop: polls `timer` until shutdown is requested, at most once per
-/// poll timeout unless a poll flushed a bucket.
-fn reap(name: &str, timer: &dyn Timer, shutdown: &Shutdown) {
-    let poll = Duration::from_millis(WORK_TIMEOUT_MS as u64);
-    while !shutdown.is_requested() {
-        let started = Instant::now();
-        match catch_unwind(AssertUnwindSafe(|| timer.advance_clock(WORK_TIMEOUT_MS))) {
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(_) => log::error!("reaper {name}: advance_clock panicked; reaping on"),
+    /// Unless called on the reaper thread, waits until it has ended.
+    pub(crate) fn join(&self) {
+        // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
+        if std::thread::current().id() != self.thread_id {
+            // Joined under the lock: a concurrent `join` waits here until the thread ended.
+            let mut thread = self.thread.lock();
+            if let Some(Err(_)) = thread.take().map(JoinHandle::join) {
+                log::error!("reaper thread panicked");
+            }
         }
-        // Nothing expired. If the poll did not take its full time (a closed timer, one that
-        // does not block, a panic), wait out the rest: never spin.
-        shutdown.wait_until(started + poll);
+    }
+
+    /// True once the thread has ended.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
     }
 }
 
@@ -208,34 +259,19 @@ impl Timer for SystemTimerReaper {
     /// reaper takes a few milliseconds. On the reaper thread itself it does not wait for
     /// the thread. See "Shutting down" on [`SystemTimerReaper`].
     fn close(&self) {
-        self.shutdown.request();
+        self.thread.request_stop();
         // Wakes a thread blocked in `SystemTimer::advance_clock`.
         self.timer.close();
-        self.join_thread();
+        self.thread.join();
     }
 
     /// Stops the reaper like [`close`](Timer::close), and hands back the tasks still
     /// waiting in the wrapped timer (its `stop`).
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        self.shutdown.request();
+        self.thread.request_stop();
         let waiting = self.timer.stop();
-        self.join_thread();
+        self.thread.join();
         waiting
-    }
-}
-
-impl SystemTimerReaper {
-    /// Unless called on the reaper thread, waits until it has ended.
-    fn join_thread(&self) {
-        // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
-        if std::thread::current().id() != self.thread_id {
-            // Joined under the lock: a concurrent `close` waits here until the thread ended.
-            let mut thread = self.thread.lock();
-            let joined = thread.take().map(JoinHandle::join);
-            if let Some(Err(_)) = joined {
-                log::error!("reaper thread panicked");
-            }
-        }
     }
 }
 
