@@ -24,7 +24,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use crossbeam_utils::sync::ShardedLock;
 use parking_lot::Mutex;
 
-use common::{quick, thread_counts};
+use common::{criterion_config, thread_counts};
 
 /// What a shard holds: a stand-in for its slots.
 #[repr(align(128))]
@@ -102,22 +102,9 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-fn config() -> Criterion {
-    let base = Criterion::default();
-    if quick() {
-        base.sample_size(10)
-            .warm_up_time(Duration::from_millis(100))
-            .measurement_time(Duration::from_millis(300))
-    } else {
-        base.sample_size(30)
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
-    }
-}
-
 criterion_group! {
     name = group;
-    config = config();
+    config = criterion_config(30);
     targets = benches
 }
 criterion_main!(group);

@@ -1,6 +1,6 @@
 //! Criterion benchmark of the purgatory: throughput of `try_complete_else_watch` +
-//! `check_and_complete` at 1 and 2 threads (and 16 where the machine has that many
-//! hardware threads), against a plain `Mutex<HashMap<K, Vec<_>>>` purgatory written here,
+//! `check_and_complete` at 1, 2, 4, ... threads up to the machine's hardware threads,
+//! against a plain `Mutex<HashMap<K, Vec<_>>>` purgatory written here,
 //! in the same run.
 //!
 //! One element is one produce-like operation: watched under two keys (not completable
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
-use common::{median, quick};
+use common::{criterion_config, median, samples, thread_counts};
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, SystemTimer, SystemTimerReaper, Timer,
     TimerTaskEntry, timer_task,
@@ -236,10 +236,11 @@ fn timed<P: BenchPurgatory>(
     elapsed
 }
 
-/// The median throughput of criterion's samples: the last [`sample_size`] timed runs.
+/// The median throughput of criterion's samples: the last `samples(20)` timed runs of a
+/// benchmark (the runs before them are its warm-up).
 /// `None` for a benchmark that did not run (filtered out on the command line).
 fn sampled_median(runs: Vec<f64>) -> Option<f64> {
-    let samples = runs.len().saturating_sub(sample_size());
+    let samples = runs.len().saturating_sub(samples(20));
     (!runs.is_empty()).then(|| median(runs[samples..].to_vec()))
 }
 
@@ -261,32 +262,6 @@ fn print_ratios(medians: &[(usize, Option<f64>, Option<f64>)]) {
             millions(ours),
             millions(baseline)
         );
-    }
-}
-
-fn thread_counts() -> Vec<usize> {
-    let hardware = thread::available_parallelism().map_or(1, |n| n.get());
-    let mut counts = vec![1, 2];
-    if hardware >= 16 && !quick() {
-        counts.push(16);
-    }
-    counts
-}
-
-/// Criterion's samples per benchmark; the last this-many timed runs of each are its samples
-/// (the runs before them are its warm-up).
-fn sample_size() -> usize {
-    if quick() { 10 } else { 20 }
-}
-
-fn config() -> Criterion {
-    let base = Criterion::default().sample_size(sample_size());
-    if quick() {
-        base.warm_up_time(Duration::from_millis(100))
-            .measurement_time(Duration::from_millis(300))
-    } else {
-        base.warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
     }
 }
 
@@ -330,7 +305,7 @@ fn watch_and_complete(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = config();
+    config = criterion_config(20);
     targets = watch_and_complete
 }
 criterion_main!(benches);

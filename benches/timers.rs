@@ -24,8 +24,8 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use tokio_util::time::DelayQueue;
 
 use common::{
-    BTreeTimer, BenchTimer, HeapTimer, TokioTimer, delays, quick, task, thread_counts,
-    tokio_runtime,
+    BTreeTimer, BenchTimer, HeapTimer, TokioTimer, criterion_config, delays, quick, task,
+    thread_counts, tokio_runtime,
 };
 use timingwheel::SystemTimer;
 
@@ -43,19 +43,6 @@ fn sizes() -> Vec<usize> {
 /// Operations timed between two untimed upkeep steps.
 fn chunk(n: usize) -> usize {
     (n / 10).clamp(100, 10_000)
-}
-
-fn config() -> Criterion {
-    let base = Criterion::default();
-    if quick() {
-        base.sample_size(10)
-            .warm_up_time(Duration::from_millis(100))
-            .measurement_time(Duration::from_millis(300))
-    } else {
-        base.sample_size(20)
-            .warm_up_time(Duration::from_millis(500))
-            .measurement_time(Duration::from_secs(2))
-    }
 }
 
 /// A timer of kind `T` with `n` pending timers, and the delay table.
@@ -297,7 +284,7 @@ fn benches(c: &mut Criterion) {
 
 criterion_group! {
     name = group;
-    config = config();
+    config = criterion_config(20);
     targets = benches
 }
 criterion_main!(group);

@@ -479,6 +479,25 @@ pub(crate) fn process_cpu_ns() -> u64 {
     total
 }
 
+/// Criterion samples per case: `full`, or 10 for a quick run.
+pub(crate) fn samples(full: usize) -> usize {
+    if quick() { 10 } else { full }
+}
+
+/// The criterion settings of every bench: `full` samples of 2 s after 0.5 s of warm-up,
+/// or 10 samples of 0.3 s for a quick run.
+pub(crate) fn criterion_config(full: usize) -> criterion::Criterion {
+    let (warm_up, measure) = if quick() {
+        (Duration::from_millis(100), Duration::from_millis(300))
+    } else {
+        (Duration::from_millis(500), Duration::from_secs(2))
+    };
+    criterion::Criterion::default()
+        .sample_size(samples(full))
+        .warm_up_time(warm_up)
+        .measurement_time(measure)
+}
+
 /// 1, 2, 4, ... threads up to the machine's hardware threads, and that number itself.
 pub(crate) fn thread_counts() -> Vec<usize> {
     let most = std::thread::available_parallelism().map_or(2, |n| n.get());
