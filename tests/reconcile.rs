@@ -57,6 +57,7 @@ fn assert_lateness_sane(lateness: Lateness, tick_ms: i64) {
         p50_us,
         p99_us,
         max_us,
+        ..
     } = lateness;
     assert!(
         min_us <= p50_us && p50_us <= p99_us && p99_us <= max_us,
@@ -159,6 +160,7 @@ fn lateness_percentiles_are_nearest_rank() {
     assert_eq!(
         lateness,
         Lateness {
+            count: 100,
             min_us: 1,
             p50_us: 50,
             p99_us: 99,

@@ -1,5 +1,7 @@
 //! The example's command line.
 
+use super::common::flag_value;
+
 /// What to simulate.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Config {
@@ -72,20 +74,17 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Comma
             Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
             None => (arg, None),
         };
-        let mut value = || {
-            let raw = inline.take().or_else(|| args.next());
-            raw.ok_or_else(|| format!("{flag} needs a value"))
-        };
+        let mut value = || inline.take().or_else(|| args.next());
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
             "--no-progress" => config.progress = false,
-            "--requests" => config.requests = number(&flag, value()?)?,
-            "--rate" => config.rate = number(&flag, value()?)?,
-            "--partitions" => config.partitions = number(&flag, value()?)?,
-            "--timeout-ms" => config.timeout_ms = number(&flag, value()?)?,
-            "--slow-every" => config.slow_every = number(&flag, value()?)?,
-            "--slow-fetch-ms" => config.slow_fetch_ms = number(&flag, value()?)?,
-            "--seed" => config.seed = number(&flag, value()?)?,
+            "--requests" => config.requests = flag_value(&flag, value())?,
+            "--rate" => config.rate = flag_value(&flag, value())?,
+            "--partitions" => config.partitions = flag_value(&flag, value())?,
+            "--timeout-ms" => config.timeout_ms = flag_value(&flag, value())?,
+            "--slow-every" => config.slow_every = flag_value(&flag, value())?,
+            "--slow-fetch-ms" => config.slow_fetch_ms = flag_value(&flag, value())?,
+            "--seed" => config.seed = flag_value(&flag, value())?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -99,9 +98,4 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Comma
         Some((flag, _)) => Err(format!("{flag} must be positive")),
         None => Ok(Command::Run(config)),
     }
-}
-
-fn number<T: std::str::FromStr>(flag: &str, raw: String) -> Result<T, String> {
-    raw.parse()
-        .map_err(|_| format!("{flag}: cannot parse {raw:?}"))
 }

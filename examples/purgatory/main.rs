@@ -18,6 +18,8 @@
 #![allow(clippy::print_stdout)]
 
 pub(crate) mod cli;
+#[path = "../common/mod.rs"]
+mod common;
 mod report;
 
 use std::sync::Arc;

@@ -2,13 +2,13 @@
 //! line, the final table and the invariant.
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::cli::Config;
+use super::common::{Percentiles, ProgressLine, group, peak_rss_kib};
 
 /// Every request's answer: how many times it was answered, whether it expired, how long it
 /// waited.
@@ -73,44 +73,6 @@ impl Ledger {
     }
 }
 
-/// Nearest-rank percentiles of a set of waits, in microseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Waits {
-    pub(crate) count: usize,
-    pub(crate) min_us: u64,
-    pub(crate) p50_us: u64,
-    pub(crate) p99_us: u64,
-    pub(crate) max_us: u64,
-}
-
-impl Waits {
-    fn of(mut samples: Vec<u64>) -> Waits {
-        samples.sort_unstable();
-        let Some(&max_us) = samples.last() else {
-            return Waits::default();
-        };
-        let rank = |p: usize| samples[(samples.len() * p).div_ceil(100).max(1) - 1];
-        Waits {
-            count: samples.len(),
-            min_us: samples[0],
-            p50_us: rank(50),
-            p99_us: rank(99),
-            max_us,
-        }
-    }
-
-    fn describe(&self) -> String {
-        let ms = |us: u64| us as f64 / 1e3;
-        format!(
-            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (min {:.2} ms)",
-            ms(self.p50_us),
-            ms(self.p99_us),
-            ms(self.max_us),
-            ms(self.min_us)
-        )
-    }
-}
-
 /// What a run did.
 #[derive(Clone, Debug)]
 pub(crate) struct Report {
@@ -122,9 +84,9 @@ pub(crate) struct Report {
     /// Requests never answered (must be 0).
     pub(crate) never_answered: usize,
     /// Time to complete of the requests completed by acknowledgements.
-    pub(crate) acked: Waits,
+    pub(crate) acked: Percentiles,
     /// Time to complete of the expired ones (never below the timeout).
-    pub(crate) timed_out: Waits,
+    pub(crate) timed_out: Percentiles,
     /// From the first request to the last one sent.
     pub(crate) producing: Duration,
     /// From the first request to the last answer.
@@ -145,8 +107,8 @@ impl Report {
             expired: 0,
             answered_twice: 0,
             never_answered: 0,
-            acked: Waits::default(),
-            timed_out: Waits::default(),
+            acked: Percentiles::default(),
+            timed_out: Percentiles::default(),
             producing: Duration::ZERO,
             answering: Duration::ZERO,
             check_and_complete_calls: 0,
@@ -156,7 +118,7 @@ impl Report {
         };
         let (mut acked, mut timed_out) = (Vec::new(), Vec::new());
         for id in 0..report.requests {
-            let waited_us = ledger.waited_us[id].load(Ordering::SeqCst);
+            let waited_us = ledger.waited_us[id].load(Ordering::SeqCst) as i64;
             match ledger.answers[id].load(Ordering::SeqCst) {
                 0 => report.never_answered += 1,
                 1 => {}
@@ -173,8 +135,8 @@ impl Report {
                 acked.push(waited_us);
             }
         }
-        report.acked = Waits::of(acked);
-        report.timed_out = Waits::of(timed_out);
+        report.acked = Percentiles::of(acked);
+        report.timed_out = Percentiles::of(timed_out);
         report
     }
 
@@ -191,7 +153,7 @@ impl Report {
     }
 
     fn never_early(&self, config: &Config) -> bool {
-        self.timed_out.count == 0 || self.timed_out.min_us >= config.timeout_ms as u64 * 1_000
+        self.timed_out.count == 0 || self.timed_out.min_us >= config.timeout_ms * 1_000
     }
 
     fn purgatory_empty(&self) -> bool {
@@ -330,8 +292,7 @@ pub(crate) struct Snapshot {
 
 /// Prints a progress line to stderr five times a second until `stop` is set.
 pub(crate) fn show_progress(stop: &AtomicBool, start: Instant, snapshot: impl Fn() -> Snapshot) {
-    let terminal = std::io::stderr().is_terminal();
-    let mut stderr = std::io::stderr();
+    let progress = ProgressLine::new();
     while !stop.load(Ordering::SeqCst) {
         thread::sleep(Duration::from_millis(200));
         let s = snapshot();
@@ -344,34 +305,7 @@ pub(crate) fn show_progress(stop: &AtomicBool, start: Instant, snapshot: impl Fn
             group(s.delayed),
             group(s.watched)
         );
-        let _ = if terminal {
-            write!(stderr, "\r{line}")
-        } else {
-            writeln!(stderr, "{line}")
-        };
+        progress.show(&line);
     }
-    if terminal {
-        let _ = writeln!(stderr);
-    }
-}
-
-/// `1234567` as `1,234,567`.
-pub(crate) fn group(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-/// The process's peak resident set size (`VmHWM` in `/proc/self/status`), where there is
-/// one (Linux).
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    progress.finish();
 }

@@ -1,5 +1,7 @@
 //! The command line: what to simulate.
 
+use super::common::flag_value;
+
 /// What to simulate.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Config {
@@ -66,12 +68,6 @@ reserved, 1 if not, 2 on a bad command line.";
 /// Parses the command line (without the program name). Accepts `--flag value` and
 /// `--flag=value`.
 pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    fn value<T: std::str::FromStr>(flag: &str, raw: Option<String>) -> Result<T, String> {
-        let raw = raw.ok_or_else(|| format!("{flag} needs a value"))?;
-        raw.parse()
-            .map_err(|_| format!("{flag}: cannot parse {raw:?}"))
-    }
-
     let mut config = Config::default();
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -82,13 +78,13 @@ pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Comma
         let mut raw = || inline.clone().or_else(|| args.next());
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
-            "--orders" => config.orders = value(&flag, raw())?,
-            "--deadline-min-ms" => config.deadline_min_ms = value(&flag, raw())?,
-            "--deadline-max-ms" => config.deadline_max_ms = value(&flag, raw())?,
-            "--pay-ratio" => config.pay_ratio = value(&flag, raw())?,
-            "--tick-ms" => config.tick_ms = value(&flag, raw())?,
-            "--wheel-size" => config.wheel_size = value(&flag, raw())?,
-            "--seed" => config.seed = value(&flag, raw())?,
+            "--orders" => config.orders = flag_value(&flag, raw())?,
+            "--deadline-min-ms" => config.deadline_min_ms = flag_value(&flag, raw())?,
+            "--deadline-max-ms" => config.deadline_max_ms = flag_value(&flag, raw())?,
+            "--pay-ratio" => config.pay_ratio = flag_value(&flag, raw())?,
+            "--tick-ms" => config.tick_ms = flag_value(&flag, raw())?,
+            "--wheel-size" => config.wheel_size = flag_value(&flag, raw())?,
+            "--seed" => config.seed = flag_value(&flag, raw())?,
             "--no-progress" => config.progress = false,
             other => return Err(format!("unknown argument {other:?}")),
         }

@@ -25,6 +25,8 @@
 
 mod books;
 mod cli;
+#[path = "../common/mod.rs"]
+mod common;
 pub(crate) mod report;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,12 +1,12 @@
 //! What the run measured, the table at the end, and the progress line while it runs.
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Config;
 use super::books::{EXPIRED, PAID, Shop};
+use super::common::{Percentiles, ProgressLine, group, peak_rss_kib};
 
 /// What the creating thread measured.
 pub(crate) struct CreateStats {
@@ -27,31 +27,7 @@ pub(crate) struct PayStats {
 
 /// Percentiles of how late the expiry checks ran, in microseconds: the instant a check ran
 /// minus (the instant of its `add` + its delay). Negative would mean early.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Lateness {
-    pub(crate) min_us: i64,
-    pub(crate) p50_us: i64,
-    pub(crate) p99_us: i64,
-    pub(crate) max_us: i64,
-}
-
-impl Lateness {
-    /// Summarises `samples` (µs, any order).
-    pub(crate) fn of(mut samples: Vec<i64>) -> Lateness {
-        if samples.is_empty() {
-            return Lateness::default();
-        }
-        samples.sort_unstable();
-        // Nearest rank.
-        let rank = |p: usize| samples[(samples.len() * p).div_ceil(100).max(1) - 1];
-        Lateness {
-            min_us: samples[0],
-            p50_us: rank(50),
-            p99_us: rank(99),
-            max_us: samples[samples.len() - 1],
-        }
-    }
-}
+pub(crate) type Lateness = Percentiles;
 
 /// What happened.
 #[derive(Clone, Debug)]
@@ -205,13 +181,10 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "{:<28} {:>14}  p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (min {:.2} ms)",
+            "{:<28} {:>14}  {}",
             "lateness of expiries",
             "",
-            ms(self.lateness.p50_us),
-            ms(self.lateness.p99_us),
-            ms(self.lateness.max_us),
-            ms(self.lateness.min_us)
+            self.lateness.describe()
         );
         let _ = writeln!(
             w,
@@ -294,31 +267,10 @@ impl Report {
     }
 }
 
-/// Formats `n` with thousands separators.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Returns the process's peak resident set size, from `VmHWM` in `/proc/self/status`.
-pub(crate) fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The progress line on stderr: rewritten in place on a terminal, one line per update
-/// otherwise.
+/// The progress line on stderr, at most five times a second.
 pub(crate) struct Progress {
     enabled: bool,
-    terminal: bool,
+    line: ProgressLine,
     last: Option<Instant>,
     last_line: String,
 }
@@ -330,7 +282,7 @@ impl Progress {
     pub(crate) fn new(enabled: bool) -> Progress {
         Progress {
             enabled,
-            terminal: std::io::stderr().is_terminal(),
+            line: ProgressLine::new(),
             last: None,
             last_line: String::new(),
         }
@@ -352,16 +304,13 @@ impl Progress {
             created.saturating_sub(paid + expired),
             start.elapsed().as_secs_f64()
         );
-        if last && !self.terminal && line == self.last_line {
-            return;
+        // The last update repeats nothing the line already shows.
+        if !(last && line == self.last_line) {
+            self.line.show(&line);
         }
-        let mut err = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(err, "\r{line}{}", if last { "\n" } else { "" })
-        } else {
-            writeln!(err, "{line}")
-        };
-        let _ = err.flush();
+        if last {
+            self.line.finish();
+        }
         self.last_line = line;
     }
 }
