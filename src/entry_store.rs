@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -393,6 +393,18 @@ impl Slots {
 struct CloneRecord {
     handles: usize,
     cancelled: bool,
+    /// The entry's expiration, as the last `reschedule` through any of the handles set it.
+    expiration_ms: i64,
+}
+
+/// What happened to a shard's entries since its timer was built, for `SystemTimer::stats`.
+/// Counted under the shard's lock, published when it is released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) added: u64,
+    pub(crate) expired: u64,
+    pub(crate) cancelled: u64,
+    pub(crate) refused: u64,
 }
 
 /// Everything of one shard that its mutex guards.
@@ -408,6 +420,11 @@ pub(crate) struct ShardState {
     /// The wheel's shape, to find the list of a listed entry (`None`: a timer without lists).
     geometry: Option<Arc<Geometry>>,
     clones: HashMap<EntryKey, CloneRecord>,
+    /// What happened here since the timer was built (see [`Counts`]).
+    pub(crate) counts: Counts,
+    /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
+    /// bound: every entry that leaves this shard takes itself off.
+    pending: Option<Arc<AtomicUsize>>,
 }
 
 impl ShardState {
@@ -419,6 +436,8 @@ impl ShardState {
             flushed: Vec::new(),
             geometry: None,
             clones: HashMap::new(),
+            counts: Counts::default(),
+            pending: None,
         }
     }
 
@@ -516,6 +535,29 @@ impl ShardState {
 
     /// Takes the occupant of slot `index` out of its list and its slot and returns its task.
     pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
+        self.unlink(index);
+        if let Some(pending) = &self.pending {
+            pending.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.slots.vacate(index)
+    }
+
+    /// Moves the occupant named by `key`, if it is still there, out of its list and gives it
+    /// `expiration_ms`: returns it, unlisted, for the caller to add to the wheel again.
+    pub(crate) fn reschedule(&mut self, key: EntryKey, expiration_ms: i64) -> Option<Entry> {
+        if !self.slots.is_live(key) {
+            return None;
+        }
+        self.unlink(key.index);
+        self.slots.slot_mut(key.index).expiration_ms = expiration_ms;
+        Some(Entry {
+            index: key.index,
+            expiration_ms,
+        })
+    }
+
+    /// Takes the occupant of slot `index` out of its list, if it is in one.
+    fn unlink(&mut self, index: u32) {
         let slot = self.slots.slot(index);
         if let Some(level) = slot.loc.level() {
             let loc = slot.loc;
@@ -530,13 +572,16 @@ impl ShardState {
                 let moved = self.slots.slot_mut(moved);
                 moved.loc = moved.loc.moved_to(position);
             }
+            self.slots.slot_mut(index).loc = Loc::UNLISTED;
         }
-        self.slots.vacate(index)
     }
 
     /// Empties the shard and returns what it held, for the caller to drop (or hand back)
     /// once it holds no lock.
     pub(crate) fn clear(&mut self) -> Cleared {
+        if let Some(pending) = &self.pending {
+            pending.fetch_sub(self.slots.len, Ordering::Relaxed);
+        }
         self.lists = Vec::new();
         self.blocks = Blocks::default();
         Cleared(self.slots.clear())
@@ -544,14 +589,27 @@ impl ShardState {
 
     /// Registers one more handle of `key`'s entry: the first clone of a handle creates the
     /// record for both, with the original's `cancelled`; later clones count themselves in.
-    pub(crate) fn add_clone(&mut self, key: EntryKey, cancelled: bool) {
+    pub(crate) fn add_clone(&mut self, key: EntryKey, cancelled: bool, expiration_ms: i64) {
         self.clones
             .entry(key)
             .and_modify(|record| record.handles += 1)
             .or_insert(CloneRecord {
                 handles: 2,
                 cancelled,
+                expiration_ms,
             });
+    }
+
+    /// Records a new expiration for the handles of `key`'s entry, if they share a record.
+    pub(crate) fn set_clone_expiration(&mut self, key: EntryKey, expiration_ms: i64) {
+        if let Some(record) = self.clones.get_mut(&key) {
+            record.expiration_ms = expiration_ms;
+        }
+    }
+
+    /// Returns the expiration that the handles of `key`'s entry share, if they share one.
+    pub(crate) fn clone_expiration(&self, key: EntryKey) -> Option<i64> {
+        self.clones.get(&key).map(|record| record.expiration_ms)
     }
 
     /// Unregisters one handle of `key`'s entry.
@@ -593,6 +651,8 @@ pub(crate) struct Shard {
     state: Mutex<ShardState>,
     /// Pending entries (written under `state`'s lock when a guard is dropped).
     len: AtomicUsize,
+    /// `ShardState::counts`, published like `len`: added, expired, cancelled, refused.
+    counts: [AtomicU64; 4],
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
@@ -603,7 +663,33 @@ impl Shard {
         Shard {
             state: Mutex::new(ShardState::new()),
             len: AtomicUsize::new(0),
+            counts: Default::default(),
             urgent: AtomicUsize::new(0),
+        }
+    }
+
+    /// Returns the counts as of the last unlock.
+    pub(crate) fn counts(&self) -> Counts {
+        let [added, expired, cancelled, refused] =
+            self.counts.each_ref().map(|c| c.load(Ordering::Relaxed));
+        Counts {
+            added,
+            expired,
+            cancelled,
+            refused,
+        }
+    }
+
+    fn publish(&self, state: &ShardState) {
+        self.len.store(state.len(), Ordering::Relaxed);
+        let Counts {
+            added,
+            expired,
+            cancelled,
+            refused,
+        } = state.counts;
+        for (published, value) in self.counts.iter().zip([added, expired, cancelled, refused]) {
+            published.store(value, Ordering::Relaxed);
         }
     }
 
@@ -613,6 +699,14 @@ impl Shard {
             state: Some(self.state.lock()),
             shard: self,
         }
+    }
+
+    /// Locks the shard if no one holds it.
+    pub(crate) fn try_lock(&self) -> Option<ShardGuard<'_>> {
+        Some(ShardGuard {
+            state: Some(self.state.try_lock()?),
+            shard: self,
+        })
     }
 
     /// Locks the shard ahead of adds and cancels: until this thread has the lock, each of
@@ -654,7 +748,7 @@ impl ShardGuard<'_> {
     /// Publishes the shard's length now, rather than at the unlock: before tasks taken out
     /// under this lock are handed over, so that `size()` never counts a task that may run.
     pub(crate) fn publish_len(&self) {
-        self.shard.len.store(self.len(), Ordering::Relaxed);
+        self.shard.publish(self);
     }
 }
 
@@ -678,7 +772,7 @@ impl Drop for ShardGuard<'_> {
         let Some(mut state) = self.state.take() else {
             return;
         };
-        self.shard.len.store(state.len(), Ordering::Relaxed);
+        self.shard.publish(&state);
         let released = (!state.slots.released.is_empty() || !state.blocks.has_no_released())
             .then(|| state.take_released());
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
@@ -721,6 +815,15 @@ impl EntryStore {
     /// Takes `count` shards from the pool (making new ones if it runs out), set up for a
     /// wheel of shape `geometry` (`None` for a timer without lists).
     pub(crate) fn new(count: usize, geometry: Option<Arc<Geometry>>) -> EntryStore {
+        EntryStore::with_pending(count, geometry, None)
+    }
+
+    /// Like [`new`](EntryStore::new), keeping `pending` exactly (for a `max_pending` bound).
+    pub(crate) fn with_pending(
+        count: usize,
+        geometry: Option<Arc<Geometry>>,
+        pending: Option<Arc<AtomicUsize>>,
+    ) -> EntryStore {
         let mut pool = POOL.lock();
         let shards: Box<[&'static Shard]> = (0..count)
             .map(|_| {
@@ -730,7 +833,10 @@ impl EntryStore {
             .collect();
         drop(pool);
         for shard in &shards {
-            shard.lock().geometry = geometry.clone();
+            let mut state = shard.lock();
+            state.geometry = geometry.clone();
+            state.counts = Counts::default();
+            state.pending = pending.clone();
         }
         EntryStore { shards }
     }
@@ -744,6 +850,24 @@ impl EntryStore {
     pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(|shard| shard.len()).sum()
     }
+
+    /// Returns the counts of all shards, as of their last unlocks.
+    pub(crate) fn counts(&self) -> Counts {
+        self.shards
+            .iter()
+            .map(|shard| shard.counts())
+            .fold(Counts::default(), |a, b| Counts {
+                added: a.added + b.added,
+                expired: a.expired + b.expired,
+                cancelled: a.cancelled + b.cancelled,
+                refused: a.refused + b.refused,
+            })
+    }
+
+    /// Returns the index of `shard` among this store's, if it is one of them.
+    pub(crate) fn stripe_of(&self, shard: &Shard) -> Option<usize> {
+        self.shards.iter().position(|s| std::ptr::eq(*s, shard))
+    }
 }
 
 impl Drop for EntryStore {
@@ -753,6 +877,7 @@ impl Drop for EntryStore {
             let mut state = shard.lock();
             cleared.absorb(state.clear());
             state.geometry = None;
+            state.pending = None;
         }
         // Whatever was still waiting is dropped here, with no lock held.
         drop(cleared);
@@ -952,8 +1077,8 @@ mod tests {
     fn clone_records_live_as_long_as_their_handles() {
         let mut state = unlisted_state();
         let key = state.insert(Box::new(Nop), 0);
-        state.add_clone(key, false);
-        state.add_clone(key, false);
+        state.add_clone(key, false, 0);
+        state.add_clone(key, false, 0);
         state.set_clone_cancelled(key);
         assert!(state.clone_cancelled(key));
         state.drop_clone(key);

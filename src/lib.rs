@@ -130,6 +130,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod delay;
 mod delay_queue;
 mod delayed_operation;
 mod delayed_operation_purgatory;
@@ -147,15 +148,17 @@ mod timer_task_entry;
 mod timer_task_list;
 mod timing_wheel;
 
+pub use crossbeam_channel;
+pub use delay::IntoDelayMs;
 pub use delayed_operation::{Delayed, DelayedOperation};
 pub use delayed_operation_purgatory::{
     DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
 };
 pub use mock_timer::{MockTime, MockTimer};
-pub use system_timer::{SystemTimer, SystemTimerBuilder};
+pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
 pub use system_timer_reaper::SystemTimerReaper;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
-pub use timer::Timer;
+pub use timer::{AddError, Timer};
 pub use timer_task::{FnTask, TimerTask, timer_task};
 pub use timer_task_entry::TimerTaskEntry;
 

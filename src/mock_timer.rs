@@ -14,16 +14,16 @@
 //! - `closed` is set under the map's lock, and `add` checks it again under that lock before
 //!   inserting, so no task can slip in after `close` emptied the timer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::entry_store::{EntryKey, EntryStore, SHARD_SLOTS, Shard};
+use crate::entry_store::{EntryKey, EntryStore, Shard};
 use crate::time::NANOS_PER_MS;
-use crate::{Time, Timer, TimerTask, TimerTaskEntry};
+use crate::{AddError, Time, Timer, TimerTask, TimerTaskEntry};
 
 /// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
 ///
@@ -155,7 +155,9 @@ impl fmt::Debug for MockTime {
 /// Kafka's `MockTimer`: a deterministic timer for users' own tests.
 ///
 /// Nothing runs in the background. [`add`](Timer::add) of a task whose delay is zero or
-/// negative runs it at once, on the caller's thread. [`advance_clock(t)`](Timer::advance_clock)
+/// negative runs it at once, inside `add`, on the caller's thread: a lock that the caller
+/// holds across `add` and that the task takes deadlocks there (on a `SystemTimer` the task
+/// runs on the executor thread instead, and only waits for the lock). [`advance_clock(t)`](Timer::advance_clock)
 /// moves [`time`](MockTimer::time) forward by `t` ms, then runs every pending task with
 /// `expiration_ms <= now`, on the caller's thread, in expiration order (ties: insertion
 /// order), including tasks that those tasks add while it runs, and returns whether any ran.
@@ -203,11 +205,31 @@ pub struct MockTimer {
     closed: AtomicBool,
 }
 
-/// Entries by (expiration, insertion number); cancelled ones linger until pruned.
+/// Entries by (expiration, insertion number), and where each entry is in that order;
+/// cancelled ones linger until pruned. A rescheduled entry gets a new insertion number, so
+/// it runs after the tasks already due at its new expiration.
 #[derive(Default)]
 struct Order {
     by_expiration: BTreeMap<(i64, u64), EntryKey>,
+    by_key: HashMap<EntryKey, (i64, u64)>,
     next_seq: u64,
+}
+
+impl Order {
+    /// Puts `key` at `expiration_ms`, after everything already there.
+    fn insert(&mut self, key: EntryKey, expiration_ms: i64) {
+        let at = (expiration_ms, self.next_seq);
+        self.next_seq += 1;
+        self.by_expiration.insert(at, key);
+        self.by_key.insert(key, at);
+    }
+
+    /// Forgets where `key` was.
+    fn remove(&mut self, key: EntryKey) {
+        if let Some(at) = self.by_key.remove(&key) {
+            self.by_expiration.remove(&at);
+        }
+    }
 }
 
 impl MockTimer {
@@ -255,6 +277,7 @@ impl MockTimer {
                 return None;
             }
             let key = entry.remove();
+            order.by_key.remove(&key);
             // `None`: cancelled since; its map entry was all that was left.
             if let Some(task) = self.shard().lock().take(key) {
                 return Some(task);
@@ -269,43 +292,100 @@ impl Default for MockTimer {
     }
 }
 
-impl Timer for MockTimer {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+impl MockTimer {
+    /// `add` and `try_add`: takes `task` at `expiration_ms` (running it now if it is due),
+    /// or says why not.
+    fn insert(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay_ms: i64,
+        expiration_ms: i64,
+    ) -> Result<TimerTaskEntry, AddError> {
         if self.closed.load(Ordering::Acquire) {
-            drop(task);
-            return TimerTaskEntry::refused(expiration_ms);
+            return Err(AddError::Closed(task));
         }
         if delay_ms <= 0 {
             task.run();
-            return TimerTaskEntry::expired(expiration_ms);
+            return Ok(TimerTaskEntry::expired(expiration_ms));
         }
         let mut order = self.order.lock();
         // Checked again under the lock that `close` empties the timer under: a task is
         // either in the timer before `close` takes it, or refused.
         if self.closed.load(Ordering::Acquire) {
-            drop(order);
-            drop(task);
-            return TimerTaskEntry::refused(expiration_ms);
+            return Err(AddError::Closed(task));
         }
         let mut shard = self.shard().lock();
-        assert!(
-            !shard.is_full(),
-            "MockTimer: more than {SHARD_SLOTS} pending tasks"
-        );
+        if shard.is_full() {
+            return Err(AddError::Full(task));
+        }
         let key = shard.insert(task, expiration_ms);
         let live = shard.len();
         // Cancelled entries outnumber live ones: drop them, in O(live) per O(live) cancels.
         if order.by_expiration.len() > 2 * live + 64 {
             order.by_expiration.retain(|_, key| shard.is_live(*key));
+            order.by_key.retain(|key, _| shard.is_live(*key));
         }
         drop(shard);
-        let seq = order.next_seq;
-        order.next_seq += 1;
-        order.by_expiration.insert((expiration_ms, seq), key);
+        order.insert(key, expiration_ms);
         drop(order);
-        TimerTaskEntry::pending(self.shard(), key, expiration_ms)
+        Ok(TimerTaskEntry::pending(self.shard(), key, expiration_ms))
+    }
+}
+
+impl Timer for MockTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+        match self.insert(task, delay_ms, expiration_ms) {
+            Ok(entry) => entry,
+            Err(refused) => {
+                drop(refused);
+                TimerTaskEntry::refused(expiration_ms)
+            }
+        }
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+        self.insert(task, delay_ms, expiration_ms)
+    }
+
+    /// Moves the task to `delay_ms` from now (see [`Timer::reschedule`]). A task moved to a
+    /// delay <= 0 runs inside this call, on the caller's thread, like an `add` of one. In
+    /// the run order it goes after the tasks already due at its new expiration.
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        let Some((shard, key)) = entry.location() else {
+            return false;
+        };
+        if !std::ptr::eq(shard, self.shard()) {
+            return false;
+        }
+        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+        let mut order = self.order.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut state = shard.lock();
+        if delay_ms <= 0 {
+            let Some(task) = state.take(key) else {
+                return false;
+            };
+            entry.set_expiration(&mut state, expiration_ms);
+            drop(state);
+            order.remove(key);
+            drop(order);
+            task.run();
+            return true;
+        }
+        if state.reschedule(key, expiration_ms).is_none() {
+            return false;
+        }
+        entry.set_expiration(&mut state, expiration_ms);
+        drop(state);
+        order.remove(key);
+        order.insert(key, expiration_ms);
+        true
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
@@ -341,6 +421,7 @@ impl Timer for MockTimer {
             return Vec::new();
         }
         order.by_expiration.clear();
+        order.by_key.clear();
         let cleared = self.shard().lock().clear();
         drop(order);
         cleared.into_tasks()

@@ -23,8 +23,9 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 
-use crate::entry_store::{EntryStore, Shard, ShardGuard, ShardState};
+use crate::entry_store::{Counts, EntryStore, Shard, ShardGuard, ShardState};
 use crate::timing_wheel::Geometry;
 
 /// A reader-writer lock around a `T` whose stripes are the shards of an entry store.
@@ -48,13 +49,39 @@ pub(crate) struct WriteGuard<'a, T> {
 
 impl<T> ShardedRwLock<T> {
     /// Creates the lock with `stripes` stripes (a power of two), whose shards are set up
-    /// for a wheel of shape `geometry`.
-    pub(crate) fn new(value: T, stripes: usize, geometry: Option<Arc<Geometry>>) -> Self {
+    /// for a wheel of shape `geometry` and keep `pending` (see `EntryStore::with_pending`).
+    pub(crate) fn new(
+        value: T,
+        stripes: usize,
+        geometry: Option<Arc<Geometry>>,
+        pending: Option<Arc<AtomicUsize>>,
+    ) -> Self {
         assert!(stripes.is_power_of_two());
         ShardedRwLock {
             value,
-            store: EntryStore::new(stripes, geometry),
+            store: EntryStore::with_pending(stripes, geometry, pending),
         }
+    }
+
+    /// Takes the read lock of stripe `stripe` if no one holds it; `None` otherwise.
+    pub(crate) fn try_read_stripe(&self, stripe: usize) -> Option<ReadGuard<'_, T>> {
+        let shards = self.store.shards();
+        let shard = shards[stripe & (shards.len() - 1)];
+        Some(ReadGuard {
+            value: &self.value,
+            shard,
+            guard: shard.try_lock()?,
+        })
+    }
+
+    /// Returns the stripe of `shard`, if it is one of this lock's.
+    pub(crate) fn stripe_of(&self, shard: &Shard) -> Option<usize> {
+        self.store.stripe_of(shard)
+    }
+
+    /// Returns the counts of every shard (see `EntryStore::counts`).
+    pub(crate) fn counts(&self) -> Counts {
+        self.store.counts()
     }
 
     /// Takes the read lock of the calling thread's stripe.
@@ -181,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_writer_excludes_readers_on_every_stripe() {
-        let lock = ShardedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4, None);
+        let lock = ShardedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4, None, None);
         thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
@@ -207,7 +234,7 @@ mod tests {
 
     #[test]
     fn readers_of_different_stripes_do_not_wait_for_each_other() {
-        let lock = ShardedRwLock::new((), 8, None);
+        let lock = ShardedRwLock::new((), 8, None, None);
         let held = lock.read_stripe(0);
         thread::scope(|s| {
             s.spawn(|| drop(lock.read_stripe(1)));

@@ -39,7 +39,7 @@ use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -51,7 +51,7 @@ use crate::sharded_rw_lock::{ShardedRwLock, thread_hint};
 use crate::time::hi_res_clock_ms_ceil;
 use crate::timer_task_list::TimerTaskList;
 use crate::timing_wheel::{Geometry, TimingWheel};
-use crate::{SystemClock, Time, Timer, TimerTask, TimerTaskEntry};
+use crate::{AddError, SystemClock, Time, Timer, TimerTask, TimerTaskEntry};
 
 /// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
 /// waits for at most one chunk. (At most one executor batch expires per chunk.)
@@ -135,6 +135,28 @@ pub struct SystemTimer {
     executor: Executor,
     /// Set once, under the write lock of `timing_wheel`.
     closed: AtomicBool,
+    /// The bound of [`SystemTimerBuilder::max_pending`], with the exact count of pending
+    /// entries it is checked against (kept by the store).
+    max_pending: Option<(usize, Arc<AtomicUsize>)>,
+}
+
+/// What a [`SystemTimer`] did since it was built: see [`SystemTimer::stats`].
+///
+/// Counted per shard under the locks `add` and `cancel` take anyway, so keeping them costs
+/// an `add` nothing measurable; read without a lock, so a reading taken while other threads
+/// add or flush may be a moment behind. Exact once the timer is quiet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Tasks the timer took (refused ones not counted).
+    pub added: u64,
+    /// Tasks handed to the executor, those whose delay was <= 0 included.
+    pub expired: u64,
+    /// Successful [`TimerTaskEntry::cancel`] calls.
+    pub cancelled: u64,
+    /// `add` and `try_add` calls that did not take their task.
+    pub refused: u64,
+    /// Tasks waiting: the same as [`size`](Timer::size).
+    pub pending: u64,
 }
 
 impl SystemTimer {
@@ -211,6 +233,8 @@ impl SystemTimer {
             start_ms: None,
             time: Arc::new(SystemClock),
             chunking: Chunking::DEFAULT,
+            max_pending: None,
+            executor_threads: 1,
         }
     }
 
@@ -222,6 +246,44 @@ impl SystemTimer {
     /// True once [`close`](Timer::close) was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Returns what the timer did since it was built: tasks added, expired, cancelled and
+    /// refused, and how many wait now.
+    ///
+    /// Cheap: a few relaxed loads per shard, no lock. While other threads add, cancel or
+    /// flush, a reading can lag them by a moment; once the timer is quiet it is exact, and
+    /// `added == expired + cancelled + pending` until the timer is closed (closing drops
+    /// the waiting tasks without counting them as expired or cancelled).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer, TimerStats};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("stats").time(time.clone()).max_pending(2).build();
+    /// let a = timer.add(timer_task(10, || {}));
+    /// timer.add(timer_task(20, || {}));
+    /// timer.add(timer_task(30, || {})); // refused: two are pending
+    /// assert!(a.cancel());
+    /// time.sleep(20);
+    /// while timer.advance_clock(0) {}
+    /// let stats = timer.stats();
+    /// assert_eq!(
+    ///     stats,
+    ///     TimerStats { added: 2, expired: 1, cancelled: 1, refused: 1, pending: 0 }
+    /// );
+    /// ```
+    pub fn stats(&self) -> TimerStats {
+        let counts = self.timing_wheel.counts();
+        TimerStats {
+            added: counts.added,
+            expired: counts.expired,
+            cancelled: counts.cancelled,
+            refused: counts.refused,
+            pending: self.size() as u64,
+        }
     }
 }
 
@@ -235,6 +297,7 @@ fn add_timer_task_entry(
 ) {
     if !wheel.add(shard, entry) {
         expired.push(shard.remove(entry.index));
+        shard.counts.expired += 1;
     }
 }
 
@@ -348,39 +411,138 @@ impl SystemTimer {
     }
 }
 
-impl Timer for SystemTimer {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms);
+impl SystemTimer {
+    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not.
+    fn insert(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay_ms: i64,
+        expiration_ms: i64,
+    ) -> Result<TimerTaskEntry, AddError> {
         let mut read = self.timing_wheel.read_stripe(thread_hint());
         if self.closed.load(Ordering::Acquire) {
-            drop(read);
-            drop(task);
-            return TimerTaskEntry::refused(expiration_ms);
+            read.parts().1.counts.refused += 1;
+            return Err(AddError::Closed(task));
         }
         let mut expired = Vec::new();
         if delay_ms <= 0 {
             // Already expired, whatever the wheel's clock says (see "Differences").
+            let counts = &mut read.parts().1.counts;
+            counts.added += 1;
+            counts.expired += 1;
             expired.push(task);
         } else {
+            if !self.reserve_pending() {
+                read.parts().1.counts.refused += 1;
+                return Err(AddError::Full(task));
+            }
             if read.parts().1.is_full() {
-                read = self.stripe_with_room();
+                match self.stripe_with_room() {
+                    Some(other) => read = other,
+                    None => {
+                        self.unreserve_pending();
+                        read.parts().1.counts.refused += 1;
+                        return Err(AddError::Full(task));
+                    }
+                }
             }
             let (wheel, shard) = read.parts();
             let key = shard.insert(task, expiration_ms);
+            shard.counts.added += 1;
             let entry = Entry {
                 index: key.index,
                 expiration_ms,
             };
             add_timer_task_entry(wheel, shard, entry, &mut expired);
             if expired.is_empty() {
-                return TimerTaskEntry::pending(read.shard(), key, expiration_ms);
+                return Ok(TimerTaskEntry::pending(read.shard(), key, expiration_ms));
             }
+            read.publish_len();
         }
         // Still under the read lock, so a concurrent `close` waits for this hand-over and
         // then for the task.
         self.executor.submit_batch(expired);
-        TimerTaskEntry::expired(expiration_ms)
+        Ok(TimerTaskEntry::expired(expiration_ms))
+    }
+
+    /// Counts one more pending entry against `max_pending`; false, counting nothing, if
+    /// the timer holds its maximum already.
+    fn reserve_pending(&self) -> bool {
+        match &self.max_pending {
+            None => true,
+            Some((max, pending)) => pending
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < *max).then_some(n + 1)
+                })
+                .is_ok(),
+        }
+    }
+
+    /// Takes back a [`reserve_pending`](Self::reserve_pending) whose entry was not stored.
+    fn unreserve_pending(&self) {
+        if let Some((_, pending)) = &self.max_pending {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
+    /// "Differences from Kafka").
+    fn expiration_after(&self, delay_ms: i64) -> i64 {
+        hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms)
+    }
+}
+
+impl Timer for SystemTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        match self.insert(task, delay_ms, expiration_ms) {
+            Ok(entry) => entry,
+            Err(refused) => {
+                drop(refused);
+                TimerTaskEntry::refused(expiration_ms)
+            }
+        }
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        self.insert(task, delay_ms, expiration_ms)
+    }
+
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        let Some((shard, key)) = entry.location() else {
+            return false;
+        };
+        let Some(stripe) = self.timing_wheel.stripe_of(shard) else {
+            return false;
+        };
+        let expiration_ms = self.expiration_after(delay_ms);
+        let mut read = self.timing_wheel.read_stripe(stripe);
+        if self.is_closed() {
+            return false;
+        }
+        let (wheel, state) = read.parts();
+        let mut expired = Vec::new();
+        if delay_ms <= 0 {
+            let Some(task) = state.take(key) else {
+                return false;
+            };
+            state.counts.expired += 1;
+            expired.push(task);
+        } else {
+            let Some(moved) = state.reschedule(key, expiration_ms) else {
+                return false;
+            };
+            add_timer_task_entry(wheel, state, moved, &mut expired);
+        }
+        entry.set_expiration(state, expiration_ms);
+        if !expired.is_empty() {
+            read.publish_len();
+            self.executor.submit_batch(expired);
+        }
+        true
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
@@ -444,24 +606,14 @@ impl Timer for SystemTimer {
 
 impl SystemTimer {
     /// Returns the read lock of a stripe whose shard has room, for an `add` whose own
-    /// stripe is full.
-    ///
-    /// # Panics
-    ///
-    /// Panics if every shard is full.
+    /// stripe is full; `None` if every shard is full. Called with the own stripe locked:
+    /// it only tries the others (never waiting for two locks at once).
     #[cold]
-    fn stripe_with_room(&self) -> crate::sharded_rw_lock::ReadGuard<'_, TimingWheel> {
-        for stripe in 0..self.timing_wheel.stripes() {
-            let mut read = self.timing_wheel.read_stripe(stripe);
-            if !read.parts().1.is_full() {
-                return read;
-            }
-        }
-        panic!(
-            "timer {}: more than {} pending tasks",
-            self.executor_name,
-            crate::entry_store::SHARD_SLOTS * self.timing_wheel.stripes()
-        );
+    fn stripe_with_room(&self) -> Option<crate::sharded_rw_lock::ReadGuard<'_, TimingWheel>> {
+        (0..self.timing_wheel.stripes()).find_map(|stripe| {
+            let mut read = self.timing_wheel.try_read_stripe(stripe)?;
+            (!read.parts().1.is_full()).then_some(read)
+        })
     }
 
     /// Closes the timer and returns what was still waiting (`None` if it was closed
@@ -492,15 +644,14 @@ impl SystemTimer {
                 cleared.len()
             );
         }
-        if !self.executor.is_current_thread() {
-            let left = self.executor.wait_idle(CLOSE_WAIT);
-            if left > 0 {
-                log::warn!(
-                    "timer {}: {left} tasks still running after {CLOSE_WAIT:?}; not waiting longer",
-                    self.executor_name
-                );
-            }
+        let left = self.executor.wait_idle(CLOSE_WAIT);
+        if left > 0 {
+            log::warn!(
+                "timer {}: {left} tasks still running after {CLOSE_WAIT:?}; not waiting longer",
+                self.executor_name
+            );
         }
+        self.executor.shut_down(left == 0);
         cleared
     }
 }
@@ -539,9 +690,74 @@ pub struct SystemTimerBuilder {
     start_ms: Option<i64>,
     time: Arc<dyn Time>,
     chunking: Chunking,
+    max_pending: Option<usize>,
+    executor_threads: usize,
 }
 
 impl SystemTimerBuilder {
+    /// Bounds the tasks that wait at once (Netty's `maxPendingTimeouts`): beyond
+    /// `max_pending`, [`try_add`](Timer::try_add) returns [`AddError::Full`] and
+    /// [`add`](Timer::add) a refused entry. A task whose delay is zero or negative never
+    /// waits, so it is never refused for being full. Default: no bound but the storage's
+    /// (2^24 tasks per shard).
+    ///
+    /// The count is exact across threads: a bounded timer keeps one more shared counter,
+    /// which every add and every departure of a task updates.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::builder("bounded").max_pending(1).build();
+    /// let first = timer.add(timer_task(60_000, || {}));
+    /// assert!(timer.add(timer_task(60_000, || {})).cancelled(), "refused: one is pending");
+    /// assert!(timer.add(timer_task(0, || {})).cancelled() == false, "due now: never refused");
+    /// assert!(first.cancel());
+    /// assert!(timer.try_add(timer_task(60_000, || {})).is_ok(), "room again");
+    /// ```
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = Some(max_pending);
+        self
+    }
+
+    /// Sets the number of threads of the executor pool that runs expired tasks (default 1,
+    /// as Kafka's `newFixedThreadPool(1)`). One thread is named `executor-{name}`; more are
+    /// named `executor-{name}-{i}`, `i` from 0.
+    ///
+    /// With one thread, tasks run one after another in the order they expired. With more,
+    /// a slow task holds up only its own thread: the tasks that expired with it run on the
+    /// others, so tasks can run concurrently and out of expiry order. Exactly-once, the
+    /// catching of panics and `close`'s waiting hold for any count; `close` called from a
+    /// task waits for the other threads' tasks, not for its own.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `threads` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::builder("pool").executor_threads(4).build();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// timer.add(timer_task(0, move || {
+    ///     tx.send(std::thread::current().name().map(str::to_owned)).unwrap()
+    /// }));
+    /// let name = rx.recv().unwrap().unwrap();
+    /// assert!(name.starts_with("executor-pool-"), "{name}");
+    /// ```
+    #[track_caller]
+    pub fn executor_threads(mut self, threads: usize) -> Self {
+        assert!(
+            threads > 0,
+            "SystemTimerBuilder::executor_threads: threads must be positive, got {threads}"
+        );
+        self.executor_threads = threads;
+        self
+    }
+
     /// Sets the width of a bucket of the lowest wheel, in milliseconds (default 1).
     pub fn tick_ms(mut self, tick_ms: i64) -> Self {
         self.tick_ms = tick_ms;
@@ -607,8 +823,14 @@ impl SystemTimerBuilder {
             timing_wheel.tick_ms(),
             self.wheel_size
         );
+        let max_pending = self
+            .max_pending
+            .map(|max| (max, Arc::new(AtomicUsize::new(0))));
         SystemTimer {
-            executor: Executor::new(format!("executor-{}", self.executor_name)),
+            executor: Executor::new(
+                &format!("executor-{}", self.executor_name),
+                self.executor_threads,
+            ),
             executor_name: self.executor_name,
             time: self.time,
             delay_queue,
@@ -616,10 +838,12 @@ impl SystemTimerBuilder {
                 timing_wheel,
                 EntryStore::default_shards(),
                 Some(geometry),
+                max_pending.as_ref().map(|(_, pending)| Arc::clone(pending)),
             ),
             unfinished: Mutex::new(Vec::new()),
             chunking: self.chunking,
             closed: AtomicBool::new(false),
+            max_pending,
         }
     }
 }

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::executor::panic_message;
-use crate::{Timer, TimerTask, TimerTaskEntry};
+use crate::{AddError, Timer, TimerTask, TimerTaskEntry};
 
 /// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
 const WORK_TIMEOUT_MS: i64 = 200;
@@ -242,6 +242,14 @@ impl ReaperThread {
 impl Timer for SystemTimerReaper {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         self.timer.add(task)
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.timer.try_add(task)
+    }
+
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        self.timer.reschedule(entry, delay_ms)
     }
 
     /// Calls the wrapped timer's `advance_clock`, alongside the reaper thread.

@@ -1,5 +1,6 @@
-//! The interface every timer offers (Kafka's `Timer`).
+//! The interface every timer offers (Kafka's `Timer`), and why a timer refuses a task.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::{TimerTask, TimerTaskEntry};
@@ -27,7 +28,76 @@ use crate::{TimerTask, TimerTaskEntry};
 /// ```
 pub trait Timer: Send + Sync {
     /// Schedules `task` to run `task.delay_ms()` from now. Returns the handle that cancels it.
+    ///
+    /// A timer that cannot take the task — it is closed, or it holds its maximum of pending
+    /// tasks — drops it without running it and returns an entry whose
+    /// [`cancelled`](TimerTaskEntry::cancelled) is true. It never panics for that;
+    /// [`try_add`](Timer::try_add) hands the task back instead.
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry;
+
+    /// Like [`add`](Timer::add), but hands the task back, unrun, when the timer cannot take
+    /// it, so that the caller can fail it (answer its request, count it).
+    ///
+    /// # Errors
+    ///
+    /// [`AddError::Closed`] once the timer is closed; [`AddError::Full`] when it holds its
+    /// maximum of pending tasks ([`SystemTimerBuilder::max_pending`]) or its storage is
+    /// full. A task whose delay is zero or negative never waits, so it is never refused
+    /// for being full.
+    ///
+    /// [`SystemTimerBuilder::max_pending`]: crate::SystemTimerBuilder::max_pending
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, AddError, MockTimer, Timer};
+    ///
+    /// let timer = MockTimer::new();
+    /// assert!(timer.try_add(timer_task(100, || {})).is_ok());
+    /// timer.close();
+    /// match timer.try_add(timer_task(100, || {})) {
+    ///     Err(AddError::Closed(task)) => assert_eq!(task.delay_ms(), 100),
+    ///     other => panic!("a closed timer took a task: {other:?}"),
+    /// }
+    /// ```
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError>;
+
+    /// Moves the pending task of `entry` to `delay_ms` from now on this timer's clock, in
+    /// O(1), without allocating (Kafka: add the same task again; tokio-util:
+    /// `DelayQueue::reset`; Linux: `mod_timer`).
+    ///
+    /// Returns true iff the task was still waiting and now waits for the new time — or, for
+    /// `delay_ms <= 0`, was handed to the executor inside this call (a
+    /// [`MockTimer`](crate::MockTimer) runs it inside the call, on the caller's thread).
+    /// Returns false, changing nothing, if the task already ran or was handed to the
+    /// executor, was cancelled, its timer is closed, or the entry belongs to another timer.
+    ///
+    /// Exactly-once holds whatever it races with: a concurrent expiry, `cancel` or `close`
+    /// either happens before the move (and it returns false) or after it. Once it returned
+    /// true, [`expiration_ms`](TimerTaskEntry::expiration_ms) reports the new expiration, on
+    /// this handle and its clones, and the task never runs before it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use timingwheel::{timer_task, MockTimer, Timer};
+    ///
+    /// let timer = MockTimer::new();
+    /// let fired = Arc::new(AtomicBool::new(false));
+    /// let f = fired.clone();
+    /// let entry = timer.add(timer_task(100, move || f.store(true, Ordering::SeqCst)));
+    /// timer.advance_clock(90);
+    /// assert!(timer.reschedule(&entry, 100), "a heartbeat pushes the timeout back");
+    /// assert_eq!(entry.expiration_ms(), timer.time().hi_res_clock_ms() + 100);
+    /// timer.advance_clock(90);
+    /// assert!(!fired.load(Ordering::SeqCst));
+    /// timer.advance_clock(10);
+    /// assert!(fired.load(Ordering::SeqCst));
+    /// assert!(!timer.reschedule(&entry, 100), "it ran: nothing left to move");
+    /// ```
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool;
 
     /// Waits up to `timeout_ms` for a bucket to expire, then advances the wheel and hands
     /// every expired task to the executor. Returns true if a bucket was flushed.
@@ -99,6 +169,12 @@ macro_rules! delegate_timer {
             fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
                 (**self).add(task)
             }
+            fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+                (**self).try_add(task)
+            }
+            fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+                (**self).reschedule(entry, delay_ms)
+            }
             fn advance_clock(&self, timeout_ms: i64) -> bool {
                 (**self).advance_clock(timeout_ms)
             }
@@ -138,3 +214,55 @@ delegate_timer! {
     /// asked for.
     Box
 }
+
+/// Why a timer did not take a task. The task comes back, unrun, so that the caller can fail
+/// it; see [`Timer::try_add`].
+///
+/// # Examples
+///
+/// ```
+/// use timingwheel::{timer_task, AddError, SystemTimer, Timer};
+///
+/// let timer = SystemTimer::builder("bounded").max_pending(1).build();
+/// timer.try_add(timer_task(60_000, || {})).unwrap();
+/// let refused = timer.try_add(timer_task(60_000, || {})).unwrap_err();
+/// assert!(matches!(refused, AddError::Full(_)));
+/// assert_eq!(refused.to_string(), "the timer holds its maximum of pending tasks");
+/// let task = refused.into_task(); // fail it, run it elsewhere, or drop it
+/// assert_eq!(task.delay_ms(), 60_000);
+/// ```
+pub enum AddError {
+    /// The timer is closed.
+    Closed(Box<dyn TimerTask>),
+    /// The timer holds its maximum of pending tasks (`max_pending`), or its storage is full.
+    Full(Box<dyn TimerTask>),
+}
+
+impl AddError {
+    /// Returns the task the timer did not take.
+    pub fn into_task(self) -> Box<dyn TimerTask> {
+        match self {
+            AddError::Closed(task) | AddError::Full(task) => task,
+        }
+    }
+}
+
+impl fmt::Debug for AddError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddError::Closed(_) => f.write_str("Closed(..)"),
+            AddError::Full(_) => f.write_str("Full(..)"),
+        }
+    }
+}
+
+impl fmt::Display for AddError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AddError::Closed(_) => f.write_str("the timer is closed"),
+            AddError::Full(_) => f.write_str("the timer holds its maximum of pending tasks"),
+        }
+    }
+}
+
+impl std::error::Error for AddError {}

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::IntoDelayMs;
+
 /// A unit of delayed work, like Kafka's `TimerTask`.
 ///
 /// A task is handed to [`Timer::add`](crate::Timer::add) as a `Box<dyn TimerTask>`. The timer
@@ -50,7 +52,10 @@ pub trait TimerTask: Send + 'static {
     fn run(self: Box<Self>);
 }
 
-/// Creates a task that calls `f` once, `delay_ms` after it is added to a timer.
+/// Creates a task that calls `f` once, `delay` after it is added to a timer.
+///
+/// The delay is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
+/// [`IntoDelayMs`]: a `Duration` is rounded up and saturates, never turns negative).
 ///
 /// # Examples
 ///
@@ -70,12 +75,15 @@ pub trait TimerTask: Send + 'static {
 /// assert_eq!(fired.load(Ordering::SeqCst), 0);
 /// timer.advance_clock(1);
 /// assert_eq!(fired.load(Ordering::SeqCst), 1);
+///
+/// let later = timer.add(timer_task(std::time::Duration::from_secs(60), || {}));
+/// assert_eq!(later.expiration_ms(), timer.time().hi_res_clock_ms() + 60_000);
 /// ```
-pub fn timer_task<F>(delay_ms: i64, f: F) -> Box<dyn TimerTask>
+pub fn timer_task<F>(delay: impl IntoDelayMs, f: F) -> Box<dyn TimerTask>
 where
     F: FnOnce() + Send + 'static,
 {
-    Box::new(FnTask::new(delay_ms, f))
+    Box::new(FnTask::new(delay, f))
 }
 
 /// A [`TimerTask`] made of a delay and a closure; see [`timer_task`].
@@ -88,18 +96,23 @@ impl<F> FnTask<F>
 where
     F: FnOnce() + Send + 'static,
 {
-    /// Creates a task that calls `f` once, `delay_ms` after it is added to a timer.
+    /// Creates a task that calls `f` once, `delay` (milliseconds or a `Duration`) after it
+    /// is added to a timer.
     ///
     /// # Examples
     ///
     /// ```
+    /// use std::time::Duration;
     /// use timingwheel::{FnTask, TimerTask};
     ///
-    /// let task = FnTask::new(250, || {});
-    /// assert_eq!(task.delay_ms(), 250);
+    /// assert_eq!(FnTask::new(250, || {}).delay_ms(), 250);
+    /// assert_eq!(FnTask::new(Duration::from_micros(1_500), || {}).delay_ms(), 2);
     /// ```
-    pub fn new(delay_ms: i64, f: F) -> FnTask<F> {
-        FnTask { delay_ms, f }
+    pub fn new(delay: impl IntoDelayMs, f: F) -> FnTask<F> {
+        FnTask {
+            delay_ms: delay.into_delay_ms(),
+            f,
+        }
     }
 }
 

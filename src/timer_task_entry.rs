@@ -20,9 +20,9 @@
 //!   lock, so a cancel through any handle is seen by all of them.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use crate::entry_store::{EntryKey, Shard};
+use crate::entry_store::{EntryKey, Shard, ShardState};
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;
@@ -56,7 +56,8 @@ pub struct TimerTaskEntry {
     /// The slot index, with `SHARED` and `CANCELLED` above it.
     bits: AtomicU32,
     generation: u32,
-    expiration_ms: i64,
+    /// Changed only by `reschedule`, under the shard's lock (see `set_expiration`).
+    expiration_ms: AtomicI64,
 }
 
 impl TimerTaskEntry {
@@ -67,7 +68,7 @@ impl TimerTaskEntry {
             shard: Some(shard),
             bits: AtomicU32::new(key.index),
             generation: key.generation,
-            expiration_ms,
+            expiration_ms: AtomicI64::new(expiration_ms),
         }
     }
 
@@ -86,7 +87,7 @@ impl TimerTaskEntry {
             shard: None,
             bits: AtomicU32::new(bits),
             generation: 0,
-            expiration_ms,
+            expiration_ms: AtomicI64::new(expiration_ms),
         }
     }
 
@@ -94,6 +95,20 @@ impl TimerTaskEntry {
         EntryKey {
             index: self.bits.load(Ordering::Relaxed) & INDEX_MASK,
             generation: self.generation,
+        }
+    }
+
+    /// Returns the shard and the key of the entry, if the task entered a store.
+    pub(crate) fn location(&self) -> Option<(&'static Shard, EntryKey)> {
+        self.shard.map(|shard| (shard, self.key()))
+    }
+
+    /// Records the expiration a `reschedule` gave the entry, for this handle and its clones.
+    /// `state` is the entry's shard, locked.
+    pub(crate) fn set_expiration(&self, state: &mut ShardState, expiration_ms: i64) {
+        self.expiration_ms.store(expiration_ms, Ordering::Relaxed);
+        if self.bits.load(Ordering::Relaxed) & SHARED != 0 {
+            state.set_clone_expiration(self.key(), expiration_ms);
         }
     }
 
@@ -111,7 +126,14 @@ impl TimerTaskEntry {
     /// assert_eq!(timer.add(timer_task(i64::MAX, || {})).expiration_ms(), i64::MAX);
     /// ```
     pub fn expiration_ms(&self) -> i64 {
-        self.expiration_ms
+        match self.shard {
+            // A clone may have rescheduled the entry: the shared record knows.
+            Some(shard) if self.bits.load(Ordering::Relaxed) & SHARED != 0 => shard
+                .lock()
+                .clone_expiration(self.key())
+                .unwrap_or_else(|| self.expiration_ms.load(Ordering::Relaxed)),
+            _ => self.expiration_ms.load(Ordering::Relaxed),
+        }
     }
 
     /// Stops the timer for this task. Returns true iff this call prevented the task from
@@ -148,6 +170,7 @@ impl TimerTaskEntry {
         let Some(task) = state.take(key) else {
             return false;
         };
+        state.counts.cancelled += 1;
         if self.bits.fetch_or(CANCELLED, Ordering::Relaxed) & SHARED != 0 {
             state.set_clone_cancelled(key);
         }
@@ -189,18 +212,23 @@ impl Clone for TimerTaskEntry {
     fn clone(&self) -> Self {
         let Some(shard) = self.shard else {
             // Nothing can change for a handle without an entry: a copy will do.
-            return TimerTaskEntry::detached(self.expiration_ms, self.bits.load(Ordering::Relaxed));
+            return TimerTaskEntry::detached(
+                self.expiration_ms.load(Ordering::Relaxed),
+                self.bits.load(Ordering::Relaxed),
+            );
         };
         let key = self.key();
         let mut state = shard.lock();
         let bits = self.bits.fetch_or(SHARED, Ordering::Relaxed);
-        state.add_clone(key, bits & CANCELLED != 0);
+        let expiration_ms = self.expiration_ms.load(Ordering::Relaxed);
+        state.add_clone(key, bits & CANCELLED != 0, expiration_ms);
+        let expiration_ms = state.clone_expiration(key).unwrap_or(expiration_ms);
         drop(state);
         TimerTaskEntry {
             shard: Some(shard),
             bits: AtomicU32::new(key.index | SHARED),
             generation: self.generation,
-            expiration_ms: self.expiration_ms,
+            expiration_ms: AtomicI64::new(expiration_ms),
         }
     }
 }
@@ -220,7 +248,7 @@ impl fmt::Debug for TimerTaskEntry {
         // Takes no lock: a clone's cancel is not seen here (`cancelled()` sees it).
         let bits = self.bits.load(Ordering::Relaxed);
         f.debug_struct("TimerTaskEntry")
-            .field("expiration_ms", &self.expiration_ms)
+            .field("expiration_ms", &self.expiration_ms.load(Ordering::Relaxed))
             .field("cancelled_here", &(bits & CANCELLED != 0))
             .finish_non_exhaustive()
     }

@@ -635,7 +635,7 @@ mod tests {
             Example {
                 time,
                 queue,
-                lock: ShardedRwLock::new(wheel, 1, Some(geometry)),
+                lock: ShardedRwLock::new(wheel, 1, Some(geometry), None),
                 c,
             }
         }

@@ -713,7 +713,8 @@ mod reaper {
 
     use super::common::probe::Probe;
     use timingwheel::{
-        DelayedOperationPurgatory, SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task,
+        AddError, DelayedOperationPurgatory, SystemTimer, Timer, TimerTask, TimerTaskEntry,
+        timer_task,
     };
 
     use super::common::PATIENCE;
@@ -752,6 +753,12 @@ mod reaper {
     impl Timer for Counting {
         fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
             self.timer.add(task)
+        }
+        fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+            self.timer.try_add(task)
+        }
+        fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+            self.timer.reschedule(entry, delay_ms)
         }
         fn advance_clock(&self, timeout_ms: i64) -> bool {
             self.in_flight.fetch_add(1, Ordering::SeqCst);

@@ -34,7 +34,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{
-    MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
+    AddError, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry,
+    timer_task,
 };
 
 /// Loose upper bound for anything that should happen "soon" on a busy 2-core machine.
@@ -131,6 +132,14 @@ impl Timer for RecordingTimer {
             "RecordingTimer::add must not be called (task delay {})",
             task.delay_ms()
         )
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        Ok(self.add(task))
+    }
+
+    fn reschedule(&self, _entry: &TimerTaskEntry, _delay_ms: i64) -> bool {
+        panic!("RecordingTimer::reschedule must not be called")
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
@@ -307,6 +316,14 @@ impl<T: Timer> Timer for WrappedTimer<T> {
         self.inner.add(task)
     }
 
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.inner.try_add(task)
+    }
+
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        self.inner.reschedule(entry, delay_ms)
+    }
+
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         self.advance_calls.fetch_add(1, Ordering::SeqCst);
         let panic_now = self
@@ -436,6 +453,14 @@ impl Timer for SlowPollTimer {
             "SlowPollTimer::add must not be called (task delay {})",
             task.delay_ms()
         )
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        Ok(self.add(task))
+    }
+
+    fn reschedule(&self, _entry: &TimerTaskEntry, _delay_ms: i64) -> bool {
+        panic!("SlowPollTimer::reschedule must not be called")
     }
 
     fn advance_clock(&self, _timeout_ms: i64) -> bool {
