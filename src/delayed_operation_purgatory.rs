@@ -53,7 +53,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::delayed_operation::Expiry;
-use crate::system_timer_reaper::ReaperThread;
+use crate::rt::reaper::ReaperThread;
 use crate::{Delayed, DelayedOperation, SystemTimer, Timer};
 
 /// Watch-list shards (Kafka's `SHARDS`): `1 << SHARD_BITS`.

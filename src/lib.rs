@@ -131,22 +131,18 @@
 #![warn(rust_2018_idioms)]
 
 mod delay;
-mod delay_queue;
 mod delayed_operation;
 mod delayed_operation_purgatory;
-mod entry_store;
-mod executor;
 mod mock_timer;
-mod reclaim;
-mod sharded_rw_lock;
+mod rt;
+mod store;
 mod system_timer;
 mod system_timer_reaper;
 mod time;
 mod timer;
 mod timer_task;
 mod timer_task_entry;
-mod timer_task_list;
-mod timing_wheel;
+mod wheel;
 
 pub use crossbeam_channel;
 pub use delay::IntoDelayMs;

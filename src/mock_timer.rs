@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::entry_store::{EntryKey, EntryStore, Shard};
+use crate::store::{EntryKey, EntryStore, Shard};
 use crate::time::NANOS_PER_MS;
 use crate::{AddError, Time, Timer, TimerTask, TimerTaskEntry};
 
@@ -200,7 +200,7 @@ pub struct MockTimer {
     /// The order in which tasks run. Taken before the shard's lock.
     order: Mutex<Order>,
     /// The tasks: one shard.
-    store: EntryStore,
+    store: EntryStore<()>,
     /// Set once, under `order`'s lock.
     closed: AtomicBool,
 }
@@ -254,7 +254,7 @@ impl MockTimer {
         MockTimer {
             time,
             order: Mutex::new(Order::default()),
-            store: EntryStore::new(1, None),
+            store: EntryStore::new((), 1, None),
             closed: AtomicBool::new(false),
         }
     }
@@ -265,7 +265,7 @@ impl MockTimer {
     }
 
     fn shard(&self) -> &'static Shard {
-        self.store.shards()[0]
+        self.store.read(0).shard()
     }
 
     /// Takes the first pending task due at `now_ms`, if any.
@@ -315,10 +315,10 @@ impl MockTimer {
             return Err(AddError::Closed(task));
         }
         let mut shard = self.shard().lock();
-        if shard.is_full() {
-            return Err(AddError::Full(task));
-        }
-        let key = shard.insert(task, expiration_ms);
+        let key = match shard.insert(task, expiration_ms) {
+            Ok(key) => key,
+            Err(task) => return Err(AddError::Full(task)),
+        };
         let live = shard.len();
         // Cancelled entries outnumber live ones: drop them, in O(live) per O(live) cancels.
         if order.by_expiration.len() > 2 * live + 64 {

@@ -3,32 +3,17 @@
 //! # Ground rules
 //!
 //! - The wrapped timer is shared (`Arc`) by the handle and the reaper thread; the thread
-//!   only calls `advance_clock(200)` on it.
-//! - `shutdown` (a flag under its own mutex, with a condvar) is set once, by the first
-//!   `close` or `stop`. The thread checks it between polls. A poll that returns false before
-//!   its 200 ms are up (a closed timer, a timer that does not block, such as `MockTimer`,
-//!   or a panic) is followed by a wait on that condvar for the rest of the 200 ms, so the
-//!   thread never spins, and `close` ends that wait at once.
-//! - `close` and `stop` set `shutdown`, then close the wrapped timer (which wakes a thread
-//!   blocked in `SystemTimer::advance_clock`), then join the thread. So an idle reaper
-//!   closes in the time it takes to wake and join a thread, not in one poll.
-//! - `thread` (the join handle) is taken by the first `close` from another thread, which
-//!   joins it *while holding the mutex*, so a concurrent `close` returns only once the
-//!   thread has ended. A `close` on the reaper thread itself (from a task of a timer that
-//!   runs tasks on its caller, such as `MockTimer`) never touches that mutex: it only sets
-//!   `shutdown` and closes the timer, and the thread ends after the current poll.
-//! - The two mutexes are never held together, and no user code runs under either.
+//!   only calls `advance_clock(200)` on it, in the reapers' loop (`rt::reaper`).
+//! - `close` and `stop` ask the loop to stop, then close the wrapped timer (which wakes a
+//!   thread blocked in `SystemTimer::advance_clock`), then join the thread. So an idle
+//!   reaper closes in the time it takes to wake and join a thread, not in one poll; called
+//!   on the reaper thread itself, they do not wait for it.
 
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{JoinHandle, ThreadId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::executor::panic_message;
+use crate::rt::reaper::ReaperThread;
 use crate::{AddError, Timer, TimerTask, TimerTaskEntry};
 
 /// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
@@ -119,123 +104,6 @@ impl SystemTimerReaper {
     /// True once the reaper thread has ended (after [`close`](Timer::close)).
     pub fn is_shutdown(&self) -> bool {
         self.thread.is_finished()
-    }
-}
-
-/// A named thread that polls until asked to stop: the loop of Kafka's reapers, shared by
-/// [`SystemTimerReaper`] and the purgatory's expiration reaper. See the module's ground
-/// rules.
-///
-/// Each `poll` may block for up to `period` and returns whether it did work. After one that
-/// did none, the thread waits out the rest of `period` (so it never spins on a closed timer
-/// or on one that does not block), and [`request_stop`](Self::request_stop) ends that wait
-/// at once. A panic in `poll` is caught and logged with the thread's name, and the loop
-/// goes on.
-pub(crate) struct ReaperThread {
-    shutdown: Arc<Shutdown>,
-    /// Taken and joined, under the lock, by the first `join` from another thread.
-    thread: Mutex<Option<JoinHandle<()>>>,
-    thread_id: ThreadId,
-    finished: Arc<AtomicBool>,
-}
-
-/// The reaper's stop flag, and the condvar its thread waits on between early polls.
-struct Shutdown {
-    requested: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Shutdown {
-    fn request(&self) {
-        *self.requested.lock() = true;
-        self.wake.notify_all();
-    }
-
-    fn is_requested(&self) -> bool {
-        *self.requested.lock()
-    }
-
-    /// Waits until `until` or until a stop is requested, whichever comes first.
-    fn wait_until(&self, until: Instant) {
-        let mut requested = self.requested.lock();
-        while !*requested {
-            if self.wake.wait_until(&mut requested, until).timed_out() {
-                return;
-            }
-        }
-    }
-}
-
-impl ReaperThread {
-    /// Starts the thread `thread_name`, which logs as `log_name` and calls `poll` until
-    /// [`request_stop`](Self::request_stop).
-    ///
-    /// # Panics
-    ///
-    /// Panics if the thread cannot be spawned.
-    pub(crate) fn spawn(
-        log_name: String,
-        thread_name: String,
-        period: Duration,
-        mut poll: impl FnMut() -> bool + Send + 'static,
-    ) -> ReaperThread {
-        let shutdown = Arc::new(Shutdown {
-            requested: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let finished = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let shutdown = Arc::clone(&shutdown);
-            let finished = Arc::clone(&finished);
-            std::thread::Builder::new()
-                .name(thread_name.clone())
-                .spawn(move || {
-                    log::debug!("{log_name}: started");
-                    while !shutdown.is_requested() {
-                        let started = Instant::now();
-                        match catch_unwind(AssertUnwindSafe(&mut poll)) {
-                            Ok(true) => continue,
-                            Ok(false) => {}
-                            Err(panic) => log::error!(
-                                "{log_name}: a poll panicked: {}; reaping on",
-                                panic_message(&*panic)
-                            ),
-                        }
-                        shutdown.wait_until(started + period);
-                    }
-                    log::debug!("{log_name}: stopped");
-                    finished.store(true, Ordering::Release);
-                })
-                .unwrap_or_else(|e| panic!("cannot spawn reaper thread {thread_name:?}: {e}"))
-        };
-        ReaperThread {
-            shutdown,
-            thread_id: thread.thread().id(),
-            thread: Mutex::new(Some(thread)),
-            finished,
-        }
-    }
-
-    /// Asks the thread to stop after its current poll, and wakes it where it waits.
-    pub(crate) fn request_stop(&self) {
-        self.shutdown.request();
-    }
-
-    /// Unless called on the reaper thread, waits until it has ended.
-    pub(crate) fn join(&self) {
-        // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
-        if std::thread::current().id() != self.thread_id {
-            // Joined under the lock: a concurrent `join` waits here until the thread ended.
-            let mut thread = self.thread.lock();
-            if let Some(Err(_)) = thread.take().map(JoinHandle::join) {
-                log::error!("reaper thread panicked");
-            }
-        }
-    }
-
-    /// True once the thread has ended.
-    pub(crate) fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
     }
 }
 

@@ -22,7 +22,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use crate::entry_store::{EntryKey, Shard, ShardState};
+use crate::store::{EntryKey, Shard, ShardState};
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;

@@ -1,0 +1,407 @@
+//! Items in mapped chunks: the storage that slots and ring blocks share.
+//!
+//! A [`Chunks<T>`] hands out items by `u32` index. Items live in chunks of `2^shift` items,
+//! each a [`Region`] of its own; a chunk is mapped when the first of its items is taken and
+//! unmapped once its last one is given back, so the memory follows the items in use. Each
+//! chunk keeps its vacant items in a list threaded through the items themselves
+//! ([`Item::next_vacant`]), and the chunks with room are listed too, so taking and giving
+//! back an item are O(1).
+//!
+//! # Ground rules
+//!
+//! - A `Chunks` is part of one shard's state, guarded by the shard's lock. Nothing here
+//!   locks, runs user code, or allocates from the heap on the paths that take and give back
+//!   items, except to grow the chunk directory when a new chunk is mapped.
+//! - Chunks emptied while the lock is held are not unmapped under it: they wait in
+//!   `released` until [`take_released`](Chunks::take_released), and the caller unmaps them
+//!   once it has let go of the lock. One emptied chunk stays mapped, with its vacant list as
+//!   it is (`empty`), so that an item taken and given back over and over at a chunk's edge
+//!   neither maps nor unmaps nor rebuilds anything; a second emptied chunk is unmapped.
+//! - Chunk numbers are reused. An item type that counts generations (slots) reads the
+//!   highest generation of a chunk before it is given back
+//!   ([`Item::generation`]), and the next chunk of that number starts from there, so a
+//!   number never repeats a generation; a chunk number whose generations ran out is retired.
+
+use super::region::Region;
+
+/// "None" for item and chunk numbers.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// An item that can sit in a chunk's vacant list.
+pub(crate) trait Item: Sized {
+    /// Returns a vacant item whose successor in the vacant list is `next`, starting over from
+    /// `generation` (ignored by items that count none).
+    fn vacant(next: u32, generation: u32) -> Self;
+    /// Returns the successor of this vacant item in its chunk's vacant list.
+    fn next_vacant(&self) -> u32;
+    /// Makes this item vacant with successor `next`; returns false if the item must never be
+    /// used again (its generations ran out): it then stays out of the vacant list.
+    fn vacate(&mut self, next: u32) -> bool;
+    /// Returns the generation of the item (0 for items that count none).
+    fn generation(&self) -> u32 {
+        0
+    }
+}
+
+/// One chunk number: its chunk, if mapped, and its bookkeeping.
+struct Chunk<T> {
+    items: Option<Region<T>>,
+    /// Offset of the first vacant item, or `NIL`.
+    vacant: u32,
+    live: u32,
+    /// Its index in `Chunks::partial`, or `NIL` while it has no room (or no region).
+    partial_at: u32,
+    /// Where the generations of this number's next chunk start.
+    generation: u32,
+}
+
+/// Items of type `T`, in chunks of `2^shift`, at most `max_chunks` chunks.
+pub(crate) struct Chunks<T> {
+    shift: u32,
+    max_chunks: usize,
+    chunks: Vec<Chunk<T>>,
+    /// Chunk numbers whose chunk has room.
+    partial: Vec<u32>,
+    /// Chunk numbers without a chunk, free to be given one.
+    unused: Vec<u32>,
+    /// A mapped chunk without live items, kept for the next ones (or `NIL`).
+    empty: u32,
+    /// Chunks emptied under the lock, to be unmapped after it.
+    released: Vec<Region<T>>,
+    live: usize,
+}
+
+impl<T: Item> Chunks<T> {
+    /// Creates empty storage: no chunk is mapped until an item is taken.
+    pub(crate) const fn new(shift: u32, max_chunks: usize) -> Chunks<T> {
+        Chunks {
+            shift,
+            max_chunks,
+            chunks: Vec::new(),
+            partial: Vec::new(),
+            unused: Vec::new(),
+            empty: NIL,
+            released: Vec::new(),
+            live: 0,
+        }
+    }
+
+    /// Items per chunk.
+    fn per_chunk(&self) -> u32 {
+        1 << self.shift
+    }
+
+    /// Returns the number of items taken and not given back.
+    pub(crate) fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Returns the item at `index`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if its chunk is not mapped.
+    pub(crate) fn get(&self, index: u32) -> &T {
+        let chunk = self.chunks[(index >> self.shift) as usize]
+            .items
+            .as_ref()
+            .expect("an item of an unmapped chunk");
+        &chunk[(index & (self.per_chunk() - 1)) as usize]
+    }
+
+    /// Returns the item at `index`, mutably.
+    ///
+    /// # Panics
+    ///
+    /// Panics if its chunk is not mapped.
+    pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
+        let mask = self.per_chunk() - 1;
+        let chunk = self.chunks[(index >> self.shift) as usize]
+            .items
+            .as_mut()
+            .expect("an item of an unmapped chunk");
+        &mut chunk[(index & mask) as usize]
+    }
+
+    /// Returns the item at `index` if its chunk is mapped.
+    pub(crate) fn try_get(&self, index: u32) -> Option<&T> {
+        let chunk = self.chunks.get((index >> self.shift) as usize)?;
+        chunk
+            .items
+            .as_ref()
+            .map(|items| &items[(index & (self.per_chunk() - 1)) as usize])
+    }
+
+    /// True if no item can be taken: every chunk number is used and full, or retired.
+    pub(crate) fn is_full(&self) -> bool {
+        self.partial.is_empty() && self.unused.is_empty() && self.chunks.len() == self.max_chunks
+    }
+
+    /// Takes a vacant item and returns its index, for the caller to fill. `None` if the
+    /// storage is full.
+    pub(crate) fn take(&mut self) -> Option<u32> {
+        let number = match self.partial.last() {
+            Some(&number) => number,
+            None => self.map_chunk()?,
+        };
+        if number == self.empty {
+            self.empty = NIL;
+        }
+        let chunk = &mut self.chunks[number as usize];
+        let items = chunk.items.as_mut().expect("a partial chunk is mapped");
+        let offset = chunk.vacant;
+        chunk.vacant = items[offset as usize].next_vacant();
+        chunk.live += 1;
+        if chunk.vacant == NIL {
+            let at = std::mem::replace(&mut chunk.partial_at, NIL);
+            self.unlist_partial(at);
+        }
+        self.live += 1;
+        Some((number << self.shift) | offset)
+    }
+
+    /// Gives the item at `index` back; the caller has taken out what it owned.
+    pub(crate) fn give_back(&mut self, index: u32) {
+        let number = index >> self.shift;
+        let offset = index & (self.per_chunk() - 1);
+        let chunk = &mut self.chunks[number as usize];
+        let items = chunk.items.as_mut().expect("an item of an unmapped chunk");
+        let had_room = chunk.vacant != NIL;
+        if items[offset as usize].vacate(chunk.vacant) {
+            chunk.vacant = offset;
+        }
+        chunk.live -= 1;
+        self.live -= 1;
+        if !had_room && chunk.vacant != NIL {
+            chunk.partial_at = self.partial.len() as u32;
+            self.partial.push(number);
+        }
+        if chunk.live == 0 {
+            if self.empty == NIL {
+                self.empty = number;
+            } else {
+                self.unmap_chunk(number);
+            }
+        }
+    }
+
+    /// Maps a chunk for a chunk number that has none; `None` if every number is taken or
+    /// retired.
+    fn map_chunk(&mut self) -> Option<u32> {
+        let number = match self.unused.pop() {
+            Some(number) => number,
+            None if self.chunks.len() < self.max_chunks => {
+                self.chunks.push(Chunk {
+                    items: None,
+                    vacant: NIL,
+                    live: 0,
+                    partial_at: NIL,
+                    generation: 0,
+                });
+                // Grown here, where chunks are added, so that giving chunks back never
+                // allocates.
+                let chunks = self.chunks.len();
+                self.unused.reserve(chunks - self.unused.len());
+                self.partial.reserve(chunks - self.partial.len());
+                (chunks - 1) as u32
+            }
+            None => return None,
+        };
+        let per_chunk = self.per_chunk();
+        let generation = self.chunks[number as usize].generation;
+        let next = |offset: u32| {
+            if offset + 1 < per_chunk {
+                offset + 1
+            } else {
+                NIL
+            }
+        };
+        let items = Region::new(per_chunk as usize, |offset| {
+            T::vacant(next(offset as u32), generation)
+        });
+        let chunk = &mut self.chunks[number as usize];
+        chunk.items = Some(items);
+        chunk.vacant = 0;
+        chunk.partial_at = self.partial.len() as u32;
+        self.partial.push(number);
+        Some(number)
+    }
+
+    /// Takes the empty chunk of `number` away, remembering its highest generation.
+    fn unmap_chunk(&mut self, number: u32) {
+        let chunk = &mut self.chunks[number as usize];
+        let items = chunk.items.take().expect("unmapping an unmapped chunk");
+        let generation = items.iter().map(T::generation).max().unwrap_or(0);
+        chunk.generation = generation;
+        chunk.vacant = NIL;
+        if generation != u32::MAX {
+            self.unused.push(number);
+        }
+        let at = std::mem::replace(&mut chunk.partial_at, NIL);
+        if at != NIL {
+            self.unlist_partial(at);
+        }
+        self.released.push(items);
+    }
+
+    /// Removes `partial[at]`, keeping the moved chunk's `partial_at` right.
+    fn unlist_partial(&mut self, at: u32) {
+        self.partial.swap_remove(at as usize);
+        if let Some(&moved) = self.partial.get(at as usize) {
+            self.chunks[moved as usize].partial_at = at;
+        }
+    }
+
+    /// True if chunks wait to be unmapped.
+    pub(crate) fn has_released(&self) -> bool {
+        !self.released.is_empty()
+    }
+
+    /// Moves the chunks emptied since the last call into `out`, for the caller to drop
+    /// (unmap) once it holds no lock.
+    pub(crate) fn take_released(&mut self, out: &mut Vec<Region<T>>) {
+        out.append(&mut self.released);
+    }
+
+    /// Empties the storage: every chunk moves into `out`, items
+    /// included (the caller drops them with no lock held). Generations are kept.
+    pub(crate) fn clear(&mut self, out: &mut Vec<Region<T>>) {
+        out.append(&mut self.released);
+        self.empty = NIL;
+        self.partial.clear();
+        self.unused.clear();
+        for (number, chunk) in self.chunks.iter_mut().enumerate() {
+            if let Some(items) = chunk.items.take() {
+                chunk.generation = items.iter().map(T::generation).max().unwrap_or(0);
+                out.push(items);
+            }
+            chunk.vacant = NIL;
+            chunk.live = 0;
+            chunk.partial_at = NIL;
+            if chunk.generation != u32::MAX {
+                self.unused.push(number as u32);
+            }
+        }
+        self.live = 0;
+    }
+
+    /// The bytes of every mapped chunk.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter_map(|chunk| chunk.items.as_ref())
+            .map(Region::bytes)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test item: its vacant link and a generation, retired at `u32::MAX`.
+    #[derive(Debug)]
+    struct Cell {
+        next: u32,
+        generation: u32,
+    }
+
+    impl Item for Cell {
+        fn vacant(next: u32, generation: u32) -> Self {
+            Cell { next, generation }
+        }
+        fn next_vacant(&self) -> u32 {
+            self.next
+        }
+        fn vacate(&mut self, next: u32) -> bool {
+            self.next = next;
+            self.generation != u32::MAX
+        }
+        fn generation(&self) -> u32 {
+            self.generation
+        }
+    }
+
+    #[test]
+    fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
+        let mut chunks: Chunks<Cell> = Chunks::new(4, 1_000);
+        assert_eq!(chunks.mapped_bytes(), 0);
+        let taken: Vec<u32> = (0..40).map(|_| chunks.take().unwrap()).collect();
+        assert_eq!(chunks.live(), 40);
+        let mapped = |c: &Chunks<Cell>| c.chunks.iter().filter(|c| c.items.is_some()).count();
+        assert_eq!(mapped(&chunks), 3, "16 items per chunk");
+        for &index in &taken[..32] {
+            chunks.give_back(index);
+        }
+        assert_eq!(mapped(&chunks), 2, "one emptied chunk stays mapped");
+        assert!(chunks.has_released());
+        let mut released = Vec::new();
+        chunks.take_released(&mut released);
+        assert_eq!(released.len(), 1);
+        assert!(!chunks.has_released());
+        // Taking and giving back at the edge maps and unmaps nothing.
+        for _ in 0..100 {
+            let index = chunks.take().unwrap();
+            chunks.give_back(index);
+            assert!(!chunks.has_released());
+            assert_eq!(mapped(&chunks), 2);
+        }
+        // Indices stay unique among live items.
+        let again: Vec<u32> = (0..32).map(|_| chunks.take().unwrap()).collect();
+        let mut all: Vec<u32> = again.iter().chain(&taken[32..]).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 40);
+        assert_eq!(mapped(&chunks), 3);
+    }
+
+    #[test]
+    fn a_retired_item_is_not_reused_and_a_retired_number_is_not_remapped() {
+        let mut chunks: Chunks<Cell> = Chunks::new(1, 10);
+        let a = chunks.take().unwrap();
+        let b = chunks.take().unwrap();
+        chunks.get_mut(a).generation = u32::MAX;
+        chunks.give_back(a);
+        let c = chunks.take().unwrap();
+        assert_ne!(
+            c >> 1,
+            a >> 1,
+            "the chunk of a retired item has no room left"
+        );
+        chunks.give_back(b);
+        // The chunk of `a` is empty now; its number is retired with it.
+        assert!(!chunks.unused.contains(&(a >> 1)));
+        chunks.give_back(c);
+    }
+
+    #[test]
+    fn full_when_every_chunk_number_is_used() {
+        let mut chunks: Chunks<Cell> = Chunks::new(1, 2);
+        for _ in 0..4 {
+            assert!(!chunks.is_full());
+            chunks.take().unwrap();
+        }
+        assert!(chunks.is_full());
+        assert_eq!(chunks.take(), None);
+    }
+
+    #[test]
+    fn clear_hands_back_every_chunk_and_keeps_generations() {
+        let mut chunks: Chunks<Cell> = Chunks::new(2, 10);
+        let taken: Vec<u32> = (0..6).map(|_| chunks.take().unwrap()).collect();
+        chunks.get_mut(taken[5]).generation = 9;
+        let mut out = Vec::new();
+        chunks.clear(&mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(chunks.live(), 0);
+        let index = chunks.take().unwrap();
+        let chunk = (index >> 2) as usize;
+        let base = chunks.chunks[chunk].generation;
+        assert!(chunks.get(index).generation >= base);
+        assert_eq!(
+            chunks.chunks[(taken[5] >> 2) as usize].generation,
+            9,
+            "the highest generation of a cleared chunk is kept"
+        );
+    }
+}

@@ -1,0 +1,529 @@
+//! The entries of each list, one shard's part of it: slot indices in chains of blocks.
+//!
+//! Kafka's bucket is a doubly linked list of entry objects. Here a list's part in a shard
+//! ([`ListPart`]) is two chains of fixed blocks of 251 slot indices: the *current* chain,
+//! which adds append to, and the *detached* chain, which a flush takes entries from,
+//! oldest first (see [`Rings::detach`]). A flush then reads indices in runs rather than
+//! chasing a pointer per entry, and detaching a list for a flush is O(1) however long it
+//! is.
+//!
+//! An entry's [`Loc`] is its block and its place in the block. Blocks never move, so a slot
+//! keeps its `Loc` until its entry moves; a cancel swaps the last entry of the same chain
+//! into the hole and fixes that entry's `Loc`: O(1), in either chain.
+//!
+//! # Ground rules
+//!
+//! - Part of a shard's state, guarded by the shard's lock (see `store`).
+//! - A block's header says which list it belongs to and which chain: it is in the current
+//!   chain iff its epoch is its list part's epoch, which every detach moves on. So a detach
+//!   touches no block but the bottom of the current chain.
+//! - A chain's blocks are linked both ways: `NEXT` down to older blocks, `PREV` up to newer
+//!   ones. Adds append to the top block. A flush takes entries from the bottom (oldest)
+//!   block of the detached chain, from its `head` offset up, so entries come out in the
+//!   order they went in; a cancel takes the last entry of its chain's top block into the
+//!   hole, so only a cancel reorders. No block but a chain's top or (detached) bottom
+//!   loses entries, so no block inside a chain is ever empty; an emptied block goes back
+//!   to the shard's blocks at once.
+//! - Blocks come from [`Chunks`]: mapped 64 at a time, unmapped when all 64 are free. Adding
+//!   never moves what is stored: no ring ever reallocates, on any thread.
+
+use std::fmt;
+
+use super::chunks::{Chunks, Item, NIL};
+
+/// Words of a block: a header, then entries.
+const BLOCK_WORDS: usize = 256;
+/// Header words: the list, the next block down the chain (older), the one up (newer), the
+/// length, the epoch.
+const LIST: usize = 0;
+const NEXT: usize = 1;
+const PREV: usize = 2;
+const LEN: usize = 3;
+const EPOCH: usize = 4;
+const HEADER: usize = 5;
+/// Entries per block.
+pub(crate) const BLOCK_ENTRIES: usize = BLOCK_WORDS - HEADER;
+
+/// Blocks per chunk: 2^6, 64 KiB of 1 KiB blocks.
+const CHUNK_SHIFT: u32 = 6;
+/// Block ids fit 24 bits (see [`Loc`]).
+const MAX_BLOCKS: usize = 1 << 24;
+
+/// A block of a chain: its header and up to [`BLOCK_ENTRIES`] slot indices.
+pub(crate) struct Block([u32; BLOCK_WORDS]);
+
+impl Item for Block {
+    fn vacant(next: u32, _generation: u32) -> Block {
+        let mut words = [0; BLOCK_WORDS];
+        words[NEXT] = next;
+        Block(words)
+    }
+
+    fn next_vacant(&self) -> u32 {
+        self.0[NEXT]
+    }
+
+    fn vacate(&mut self, next: u32) -> bool {
+        self.0[NEXT] = next;
+        true
+    }
+}
+
+/// Where an entry is listed: its block and its offset there, packed as `block << 8 |
+/// offset`; [`Loc::UNLISTED`] for an entry in no list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc(u32);
+
+impl Loc {
+    /// In no list: just taken out of one by a flush, or in a timer without lists.
+    pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
+
+    fn new(block: u32, offset: usize) -> Loc {
+        debug_assert!((block as usize) < MAX_BLOCKS && offset < BLOCK_ENTRIES);
+        Loc((block << 8) | offset as u32)
+    }
+
+    fn block(self) -> u32 {
+        self.0 >> 8
+    }
+
+    fn offset(self) -> usize {
+        (self.0 & 0xFF) as usize
+    }
+
+    /// The packed form, as a slot stores it.
+    pub(crate) fn into_raw(self) -> u32 {
+        self.0
+    }
+
+    /// A `Loc` from its packed form.
+    pub(crate) fn from_raw(raw: u32) -> Loc {
+        Loc(raw)
+    }
+}
+
+impl fmt::Debug for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Loc::UNLISTED {
+            f.write_str("Loc::UNLISTED")
+        } else {
+            write!(f, "Loc(block {}, offset {})", self.block(), self.offset())
+        }
+    }
+}
+
+/// One chain of blocks: its top (where entries are added and taken) and its bottom (where
+/// another chain is hung below it).
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    top: u32,
+    bottom: u32,
+}
+
+impl Chain {
+    const EMPTY: Chain = Chain {
+        top: NIL,
+        bottom: NIL,
+    };
+
+    fn is_empty(self) -> bool {
+        self.top == NIL
+    }
+}
+
+/// One shard's part of one list.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListPart {
+    current: Chain,
+    detached: Chain,
+    /// Entries of the detached chain's bottom block that a flush already took.
+    head: u32,
+    /// The epoch of the blocks of the current chain.
+    epoch: u32,
+}
+
+impl ListPart {
+    const EMPTY: ListPart = ListPart {
+        current: Chain::EMPTY,
+        detached: Chain::EMPTY,
+        head: 0,
+        epoch: 0,
+    };
+}
+
+/// The list parts of one shard and the blocks they are made of.
+pub(crate) struct Rings {
+    blocks: Chunks<Block>,
+    /// By list id; grown when an entry is first added to a list of a higher id.
+    parts: Vec<ListPart>,
+}
+
+impl Rings {
+    pub(crate) const fn new() -> Rings {
+        Rings {
+            blocks: Chunks::new(CHUNK_SHIFT, MAX_BLOCKS >> CHUNK_SHIFT as usize),
+            parts: Vec::new(),
+        }
+    }
+
+    fn header(&self, block: u32, word: usize) -> u32 {
+        self.blocks.get(block).0[word]
+    }
+
+    fn set_header(&mut self, block: u32, word: usize, value: u32) {
+        self.blocks.get_mut(block).0[word] = value;
+    }
+
+    fn entry(&self, block: u32, offset: usize) -> u32 {
+        self.blocks.get(block).0[HEADER + offset]
+    }
+
+    fn set_entry(&mut self, block: u32, offset: usize, value: u32) {
+        self.blocks.get_mut(block).0[HEADER + offset] = value;
+    }
+
+    /// Makes room for list `id` ahead of time: called on the adding path, so that later
+    /// pushes to lists of lower ids (a flush moves entries down) never grow `parts`.
+    fn part_mut(&mut self, id: u32) -> &mut ListPart {
+        let at = id as usize;
+        if at >= self.parts.len() {
+            self.parts.resize(at + 1, ListPart::EMPTY);
+        }
+        &mut self.parts[at]
+    }
+
+    /// Appends slot `index` to the current chain of list `id`; returns where it went.
+    pub(crate) fn push(&mut self, id: u32, index: u32) -> Loc {
+        let part = *self.part_mut(id);
+        let top = part.current.top;
+        let block = if top != NIL && (self.header(top, LEN) as usize) < BLOCK_ENTRIES {
+            top
+        } else {
+            let block = self
+                .blocks
+                .take()
+                .expect("block ids for every slot of a shard");
+            let words = &mut self.blocks.get_mut(block).0;
+            words[LIST] = id;
+            words[NEXT] = top;
+            words[PREV] = NIL;
+            words[LEN] = 0;
+            words[EPOCH] = part.epoch;
+            if top != NIL {
+                self.set_header(top, PREV, block);
+            }
+            let part = &mut self.parts[id as usize];
+            part.current.top = block;
+            if top == NIL {
+                part.current.bottom = block;
+            }
+            block
+        };
+        let offset = self.header(block, LEN) as usize;
+        self.set_entry(block, offset, index);
+        self.set_header(block, LEN, offset as u32 + 1);
+        Loc::new(block, offset)
+    }
+
+    /// Moves list `id`'s current chain onto its detached chain, in O(1): a flush then takes
+    /// these entries out with [`pop_detached`](Rings::pop_detached), while later adds start
+    /// a new current chain. Detaching again before the flush is done extends it.
+    pub(crate) fn detach(&mut self, id: u32) {
+        let Some(part) = self.parts.get(id as usize).copied() else {
+            return;
+        };
+        let (mut detached, mut head) = (part.detached, part.head);
+        if !part.current.is_empty() {
+            if detached.is_empty() {
+                (detached, head) = (part.current, 0);
+            } else {
+                // The newer entries go above the older ones, which a flush takes first.
+                self.set_header(part.current.bottom, NEXT, detached.top);
+                self.set_header(detached.top, PREV, part.current.bottom);
+                detached.top = part.current.top;
+            }
+        }
+        self.parts[id as usize] = ListPart {
+            current: Chain::EMPTY,
+            detached,
+            head,
+            epoch: part.epoch.wrapping_add(1),
+        };
+    }
+
+    /// Takes the oldest entry of list `id`'s detached chain out and returns its slot;
+    /// `None` once the chain is empty.
+    pub(crate) fn pop_detached(&mut self, id: u32) -> Option<u32> {
+        let part = *self.parts.get(id as usize)?;
+        let bottom = part.detached.bottom;
+        if bottom == NIL {
+            return None;
+        }
+        let index = self.entry(bottom, part.head as usize);
+        let head = part.head + 1;
+        if head < self.header(bottom, LEN) {
+            self.parts[id as usize].head = head;
+        } else {
+            // The bottom block is used up: the next one up is the new bottom.
+            let up = self.header(bottom, PREV);
+            let part = &mut self.parts[id as usize];
+            part.head = 0;
+            part.detached.bottom = up;
+            if up == NIL {
+                part.detached.top = NIL;
+            } else {
+                self.set_header(up, NEXT, NIL);
+            }
+            self.blocks.give_back(bottom);
+        }
+        Some(index)
+    }
+
+    /// Takes the last entry of block `top`, the top of one of list `id`'s chains, and
+    /// returns it; gives the block back if that emptied it.
+    fn pop_top(&mut self, id: u32, top: u32, current: bool) -> u32 {
+        let len = self.header(top, LEN) - 1;
+        let index = self.entry(top, len as usize);
+        self.set_header(top, LEN, len);
+        let part = self.parts[id as usize];
+        // The detached bottom's entries below `head` are gone already.
+        let floor = if !current && top == part.detached.bottom {
+            part.head
+        } else {
+            0
+        };
+        if len == floor {
+            let next = self.header(top, NEXT);
+            let part = &mut self.parts[id as usize];
+            let chain = if current {
+                &mut part.current
+            } else {
+                &mut part.detached
+            };
+            chain.top = next;
+            if next == NIL {
+                chain.bottom = NIL;
+                if !current {
+                    part.head = 0;
+                }
+            } else {
+                self.set_header(next, PREV, NIL);
+            }
+            self.blocks.give_back(top);
+        }
+        index
+    }
+
+    /// Takes the entry at `loc` out of its list. The last entry of the same chain moves
+    /// into its place: returns that entry's slot and new place, for the caller to record.
+    pub(crate) fn remove(&mut self, loc: Loc) -> Option<(u32, Loc)> {
+        let block = loc.block();
+        let id = self.header(block, LIST);
+        let part = self.parts[id as usize];
+        let current = self.header(block, EPOCH) == part.epoch;
+        let top = if current {
+            part.current.top
+        } else {
+            part.detached.top
+        };
+        let last_offset = self.header(top, LEN) as usize - 1;
+        let is_last = top == block && last_offset == loc.offset();
+        let last = self.pop_top(id, top, current);
+        if is_last {
+            return None;
+        }
+        self.set_entry(block, loc.offset(), last);
+        Some((last, loc))
+    }
+
+    /// Empties every list and moves every block chunk into `out`, for the caller to unmap
+    /// with no lock held.
+    pub(crate) fn clear(&mut self, out: &mut Vec<super::region::Region<Block>>) {
+        self.parts.clear();
+        self.blocks.clear(out);
+    }
+
+    /// The storage underneath, for releasing.
+    pub(crate) fn blocks(&mut self) -> &mut Chunks<Block> {
+        &mut self.blocks
+    }
+
+    /// The bytes of the mapped chunks.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.blocks.mapped_bytes()
+    }
+
+    /// Returns the entries of list `id` in this shard, detached ones first, each chain
+    /// oldest first.
+    #[cfg(test)]
+    pub(crate) fn entries(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let Some(part) = self.parts.get(id as usize) else {
+            return out;
+        };
+        for (chain, head) in [(part.detached, part.head), (part.current, 0)] {
+            let mut block = chain.bottom;
+            while block != NIL {
+                let from = if block == chain.bottom { head } else { 0 } as usize;
+                let len = self.header(block, LEN) as usize;
+                out.extend((from..len).map(|offset| self.entry(block, offset)));
+                block = self.header(block, PREV);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Rings plus where each slot is, fixed up as a shard does.
+    struct Model {
+        rings: Rings,
+        locs: HashMap<u32, Loc>,
+    }
+
+    impl Model {
+        fn new() -> Model {
+            Model {
+                rings: Rings::new(),
+                locs: HashMap::new(),
+            }
+        }
+        fn push(&mut self, id: u32, index: u32) {
+            let loc = self.rings.push(id, index);
+            self.locs.insert(index, loc);
+        }
+        fn remove(&mut self, index: u32) {
+            let loc = self.locs.remove(&index).unwrap();
+            if let Some((moved, at)) = self.rings.remove(loc) {
+                self.locs.insert(moved, at);
+            }
+        }
+        fn pop(&mut self, id: u32) -> Option<u32> {
+            let index = self.rings.pop_detached(id)?;
+            self.locs.remove(&index);
+            Some(index)
+        }
+        fn sorted(&self, id: u32) -> Vec<u32> {
+            let mut entries = self.rings.entries(id);
+            entries.sort_unstable();
+            entries
+        }
+    }
+
+    #[test]
+    fn a_flush_takes_the_detached_entries_while_adds_and_cancels_go_on() {
+        let mut m = Model::new();
+        for index in 0..600 {
+            m.push(3, index);
+        }
+        m.rings.detach(3);
+        m.push(3, 1_000); // after the detach: not part of this flush
+        m.remove(5); // cancels in the detached chain
+        m.remove(599);
+        m.remove(1_000); // and in the current one
+        m.push(3, 1_001);
+        let mut flushed = Vec::new();
+        while let Some(index) = m.pop(3) {
+            flushed.push(index);
+        }
+        flushed.sort_unstable();
+        let expected: Vec<u32> = (0..599).filter(|&i| i != 5).collect();
+        assert_eq!(flushed, expected);
+        assert_eq!(m.sorted(3), [1_001]);
+        m.rings.detach(3);
+        assert_eq!(m.pop(3), Some(1_001));
+        assert_eq!(m.pop(3), None);
+        assert_eq!(m.rings.blocks.live(), 0, "every block went back");
+    }
+
+    #[test]
+    fn a_flush_takes_entries_in_the_order_they_were_added_but_for_cancels() {
+        let mut m = Model::new();
+        for index in 0..1_000 {
+            m.push(7, index);
+        }
+        m.remove(10); // the last entry of the chain, 999, takes its place
+        m.rings.detach(7);
+        let flushed: Vec<u32> = std::iter::from_fn(|| m.pop(7)).collect();
+        let mut expected: Vec<u32> = (0..1_000).filter(|&i| i != 10 && i != 999).collect();
+        expected.insert(10, 999);
+        assert_eq!(flushed, expected);
+    }
+
+    #[test]
+    fn a_second_detach_before_the_flush_ends_extends_it() {
+        let mut m = Model::new();
+        for index in 0..300 {
+            m.push(0, index);
+        }
+        m.rings.detach(0);
+        for _ in 0..100 {
+            m.pop(0).unwrap();
+        }
+        for index in 300..700 {
+            m.push(0, index);
+        }
+        m.rings.detach(0);
+        // Cancels reach entries of both detaches.
+        m.remove(650);
+        let remaining: Vec<u32> = m.sorted(0);
+        let mut flushed = Vec::new();
+        while let Some(index) = m.pop(0) {
+            flushed.push(index);
+        }
+        flushed.sort_unstable();
+        assert_eq!(flushed, remaining);
+        assert_eq!(flushed.len(), 599);
+        assert_eq!(m.rings.blocks.live(), 0);
+    }
+
+    #[test]
+    fn cancels_anywhere_keep_every_other_entry_and_every_loc_right() {
+        let mut m = Model::new();
+        let mut live: Vec<u32> = Vec::new();
+        let mut x = 0x9E37_79B9u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        for index in 0..5_000u32 {
+            let id = next() % 4;
+            m.push(id, index);
+            live.push(index);
+            if next() % 3 == 0 {
+                let at = next() as usize % live.len();
+                m.remove(live.swap_remove(at));
+            }
+            if next() % 500 == 0 {
+                m.rings.detach(next() % 4);
+            }
+        }
+        // Every remaining entry's loc points at it.
+        for (&index, &loc) in &m.locs {
+            assert_eq!(m.rings.entry(loc.block(), loc.offset()), index);
+        }
+        let mut all: Vec<u32> = (0..4).flat_map(|id| m.rings.entries(id)).collect();
+        all.sort_unstable();
+        live.sort_unstable();
+        assert_eq!(all, live);
+        for index in live {
+            m.remove(index);
+        }
+        assert_eq!(m.rings.blocks.live(), 0);
+    }
+
+    #[test]
+    fn locs_pack_block_and_offset() {
+        let loc = Loc::new((1 << 24) - 1, BLOCK_ENTRIES - 1);
+        assert_eq!(loc.block(), (1 << 24) - 1);
+        assert_eq!(loc.offset(), BLOCK_ENTRIES - 1);
+        assert_ne!(loc, Loc::UNLISTED);
+        assert_eq!(Loc::from_raw(loc.into_raw()), loc);
+    }
+}

@@ -1,0 +1,236 @@
+//! Where pending tasks live: 32-byte slots in mapped chunks, named by index and generation.
+//!
+//! Kafka gives every `TimerTaskEntry` an object of its own. Here an entry is a slot: its
+//! task, its expiration, the generation of its occupant and where it is listed
+//! ([`Loc`](super::ring::Loc)). A slot's index never changes while it is occupied, so a
+//! handle names it by index; the generation tells a handle's own occupant from a later one.
+//!
+//! # Ground rules
+//!
+//! - Part of a shard's state, guarded by the shard's lock (see `store`).
+//! - A slot is *vacant* (no task) or *occupied*. Its generation counts its occupants; a
+//!   slot whose generation would wrap is retired instead of reused, and chunk numbers keep
+//!   their highest generation when their chunk is unmapped (see `chunks`), so a key never
+//!   names a later occupant.
+
+use super::chunks::{Chunks, Item, NIL};
+use super::region::Region;
+use super::ring::Loc;
+use crate::TimerTask;
+
+/// Slots per chunk: 2^11, 64 KiB of 32-byte slots.
+const CHUNK_SHIFT: u32 = 11;
+
+/// Slots one shard can hold. Indices fit 24 bits (the handle keeps flags above them).
+pub(crate) const SHARD_SLOTS: usize = 1 << 24;
+
+/// Names one entry within its shard: its slot, and the generation of the occupant meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct EntryKey {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// One entry, or a vacant slot.
+pub(crate) struct Slot {
+    /// `Some` while occupied.
+    task: Option<Box<dyn TimerTask>>,
+    expiration_ms: i64,
+    /// The generation of the current (or, vacant, the last) occupant.
+    generation: u32,
+    /// Occupied: where the entry is listed. Vacant: the next vacant slot of its chunk.
+    link: u32,
+}
+
+impl Item for Slot {
+    fn vacant(next: u32, generation: u32) -> Slot {
+        Slot {
+            task: None,
+            expiration_ms: 0,
+            generation,
+            link: next,
+        }
+    }
+
+    fn next_vacant(&self) -> u32 {
+        self.link
+    }
+
+    fn vacate(&mut self, next: u32) -> bool {
+        debug_assert!(self.task.is_none());
+        self.link = next;
+        self.generation != u32::MAX
+    }
+
+    fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+/// The slots of one shard.
+pub(crate) struct Slots(Chunks<Slot>);
+
+impl Slots {
+    pub(crate) fn new() -> Slots {
+        Slots(Chunks::new(
+            CHUNK_SHIFT,
+            SHARD_SLOTS >> CHUNK_SHIFT as usize,
+        ))
+    }
+
+    /// Returns the number of occupied slots.
+    pub(crate) fn len(&self) -> usize {
+        self.0.live()
+    }
+
+    /// True if no slot can be taken.
+    pub(crate) fn is_full(&self) -> bool {
+        self.0.is_full()
+    }
+
+    /// Stores an occupant, unlisted, and returns its key; gives the task back if no slot
+    /// can be had (the shard is full, or the memory was refused).
+    pub(crate) fn insert(
+        &mut self,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> Result<EntryKey, Box<dyn TimerTask>> {
+        let Some(index) = self.0.take() else {
+            return Err(task);
+        };
+        let slot = self.0.get_mut(index);
+        // Never wraps: a slot at u32::MAX is retired (see `Item::vacate`).
+        slot.generation += 1;
+        slot.task = Some(task);
+        slot.expiration_ms = expiration_ms;
+        slot.link = Loc::UNLISTED.into_raw();
+        Ok(EntryKey {
+            index,
+            generation: slot.generation,
+        })
+    }
+
+    /// True if `key` names the current occupant of its slot.
+    pub(crate) fn is_live(&self, key: EntryKey) -> bool {
+        self.0
+            .try_get(key.index)
+            .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
+    }
+
+    /// Returns the expiration of the occupant of `index`.
+    pub(crate) fn expiration_ms(&self, index: u32) -> i64 {
+        self.0.get(index).expiration_ms
+    }
+
+    /// Sets the expiration of the occupant of `index`.
+    pub(crate) fn set_expiration_ms(&mut self, index: u32, expiration_ms: i64) {
+        self.0.get_mut(index).expiration_ms = expiration_ms;
+    }
+
+    /// Returns where the occupant of `index` is listed.
+    pub(crate) fn loc(&self, index: u32) -> Loc {
+        Loc::from_raw(self.0.get(index).link)
+    }
+
+    /// Records where the occupant of `index` is listed.
+    pub(crate) fn set_loc(&mut self, index: u32, loc: Loc) {
+        self.0.get_mut(index).link = loc.into_raw();
+    }
+
+    /// Empties the occupied slot `index` and returns its task. The caller has unlisted it.
+    pub(crate) fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
+        let slot = self.0.get_mut(index);
+        debug_assert_eq!(Loc::from_raw(slot.link), Loc::UNLISTED);
+        let task = slot.task.take().expect("vacating a vacant slot");
+        slot.link = NIL;
+        self.0.give_back(index);
+        task
+    }
+
+    /// The storage underneath, for releasing and clearing.
+    pub(crate) fn chunks(&mut self) -> &mut Chunks<Slot> {
+        &mut self.0
+    }
+
+    /// The bytes of the mapped chunks.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.0.mapped_bytes()
+    }
+
+    /// Returns the number of tasks in `chunks` (taken out of a shard by a clear).
+    pub(crate) fn count_tasks(chunks: &[Region<Slot>]) -> usize {
+        chunks
+            .iter()
+            .flat_map(|chunk| chunk.iter())
+            .filter(|slot| slot.task.is_some())
+            .count()
+    }
+
+    /// Takes the tasks out of `chunks`.
+    pub(crate) fn take_tasks(chunks: &mut [Region<Slot>]) -> Vec<Box<dyn TimerTask>> {
+        chunks
+            .iter_mut()
+            .flat_map(|chunk| chunk.iter_mut())
+            .filter_map(|slot| slot.task.take())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nop;
+    impl TimerTask for Nop {
+        fn delay_ms(&self) -> i64 {
+            0
+        }
+        fn run(self: Box<Self>) {}
+    }
+
+    fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
+        slots.insert(Box::new(Nop), expiration_ms).ok().unwrap()
+    }
+
+    #[test]
+    fn slots_are_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
+
+    #[test]
+    fn stale_keys_never_reach_a_new_occupant() {
+        let mut slots = Slots::new();
+        let keep = insert(&mut slots, 1);
+        let old = insert(&mut slots, 1);
+        drop(slots.vacate(old.index));
+        let new = insert(&mut slots, 1);
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert_ne!(new.generation, old.generation);
+        assert!(!slots.is_live(old) && slots.is_live(new) && slots.is_live(keep));
+        assert_eq!(slots.len(), 2);
+    }
+
+    #[test]
+    fn a_remapped_chunk_number_never_repeats_a_generation() {
+        let mut slots = Slots::new();
+        let per_chunk = 1usize << CHUNK_SHIFT;
+        let first: Vec<EntryKey> = (0..2 * per_chunk)
+            .map(|i| insert(&mut slots, i as i64))
+            .collect();
+        for key in &first {
+            drop(slots.vacate(key.index));
+        }
+        let mut released = Vec::new();
+        slots.chunks().take_released(&mut released);
+        assert_eq!(
+            released.len(),
+            1,
+            "one chunk unmapped, one kept as the spare"
+        );
+        let again: Vec<EntryKey> = (0..2 * per_chunk)
+            .map(|i| insert(&mut slots, i as i64))
+            .collect();
+        assert!(first.iter().all(|key| !slots.is_live(*key)));
+        assert!(again.iter().all(|key| slots.is_live(*key)));
+    }
+}

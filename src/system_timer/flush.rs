@@ -1,0 +1,421 @@
+//! The flush scheduler: how `advance_clock` moves the entries of due lists on, a chunk at a
+//! time, most urgent first. Kafka flushes each due bucket whole under its write lock; this is
+//! the work it does, cut up so that a million timers expiring together hold up neither the
+//! threads that add nor the tasks that are due.
+//!
+//! # Ground rules
+//!
+//! The lock order of the whole timer is stated once, in `store`. Here:
+//!
+//! - The write lock covers only moving the wheel's clocks and detaching the due lists in
+//!   every shard (O(1) each). Re-adding the detached entries runs under one shard's lock at
+//!   a time, [`FLUSH_CHUNK`] entries per hold, taken with `read_urgent` so that adds and
+//!   cancels hand the lock over rather than take it straight back.
+//! - Flushes run most urgent first: by the time the earliest entry of each detached list
+//!   may be due. A flush whose entries are still far from due may be left unfinished in
+//!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] such entries; the next call
+//!   goes on with it before it waits for anything. Lowest-level lists, whose entries are
+//!   due, and flushes past half of their lead, always finish within the call.
+//! - `unfinished` is a leaf mutex: taken alone, at the start and the end of a call.
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{SystemTimer, add_timer_task_entry};
+use crate::rt::delay_queue::Due;
+use crate::wheel::TimerTaskList;
+
+/// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
+/// waits for at most one chunk. (At most one executor batch expires per chunk.)
+const FLUSH_CHUNK: usize = 512;
+
+/// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
+/// it returns, leaving the rest to the next call.
+const FLUSH_BUDGET: usize = 8 * 1024;
+
+/// How a flush is cut up: entries per lock hold, and entries of not-yet-urgent flushes per
+/// `advance_clock` call.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Chunking {
+    chunk: usize,
+    budget: usize,
+}
+
+impl Chunking {
+    pub(super) const DEFAULT: Chunking = Chunking {
+        chunk: FLUSH_CHUNK,
+        budget: FLUSH_BUDGET,
+    };
+
+    /// Chunks of `chunk` entries, `budget` entries of not-yet-urgent flushes per call; both
+    /// positive, so that every call moves a flush on by a chunk at least. For tests that
+    /// interleave adds and cancels with flushes.
+    #[cfg(test)]
+    pub(super) fn new(chunk: usize, budget: usize) -> Chunking {
+        assert!(chunk > 0 && budget > 0);
+        Chunking { chunk, budget }
+    }
+}
+
+/// The flush scheduler's state: how it cuts flushes up, and what an earlier call left.
+#[derive(Debug)]
+pub(super) struct Flusher {
+    chunking: Chunking,
+    /// Flushes an earlier `advance_clock` call left for the next one.
+    unfinished: Mutex<Vec<Flush>>,
+}
+
+impl Flusher {
+    pub(super) fn new(chunking: Chunking) -> Flusher {
+        Flusher {
+            chunking,
+            unfinished: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// True if an earlier call left flushes unfinished.
+    pub(super) fn has_unfinished(&self) -> bool {
+        !self.unfinished.lock().is_empty()
+    }
+
+    /// Drops the unfinished flushes (their entries were cleared with the store).
+    pub(super) fn forget_unfinished(&self) {
+        self.unfinished.lock().clear();
+    }
+}
+
+/// A list being flushed: detached in every shard, its entries re-added a chunk at a time.
+#[derive(Debug)]
+struct Flush {
+    list: Arc<TimerTaskList>,
+    /// When the list's earliest entry may be due: flushes run in this order.
+    deadline_ms: i64,
+    /// From then on the flush finishes within the call that works on it.
+    urgent_ms: i64,
+    /// The next stripe to take entries from.
+    stripe: usize,
+}
+
+impl Flush {
+    fn new(list: Arc<TimerTaskList>, due_ms: i64) -> Flush {
+        let slack_ms = list.slack_ms();
+        Flush {
+            deadline_ms: due_ms.saturating_add(slack_ms),
+            urgent_ms: due_ms.saturating_add(slack_ms / 2),
+            stripe: 0,
+            list,
+        }
+    }
+}
+
+impl PartialEq for Flush {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Flush {}
+impl PartialOrd for Flush {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Flush {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.deadline_ms, self.list.id()).cmp(&(other.deadline_ms, other.list.id()))
+    }
+}
+
+impl SystemTimer {
+    /// Flushes `first` (a list the caller polled), every other due list, and what an
+    /// earlier call left unfinished, most urgent first, within this call's budget. Returns
+    /// true if a flush moved on.
+    pub(super) fn flush(&self, first: Option<Due<Arc<TimerTaskList>>>) -> bool {
+        let flusher = &self.flusher;
+        let mut flushes: BinaryHeap<Reverse<Flush>> =
+            flusher.unfinished.lock().drain(..).map(Reverse).collect();
+        let mut due: Vec<_> = first.into_iter().collect();
+        let mut flushed = false;
+        let mut budget = flusher.chunking.budget;
+        loop {
+            if due.is_empty() {
+                due.extend(self.delay_queue.poll());
+            }
+            if !due.is_empty() && !self.begin_flushes(&mut due, &mut flushes) {
+                return flushed;
+            }
+            let Some(Reverse(mut flush)) = flushes.pop() else {
+                return flushed;
+            };
+            let urgent = self.time.hi_res_clock_ms() >= flush.urgent_ms;
+            if budget == 0 && !urgent {
+                flushes.push(Reverse(flush));
+                flusher
+                    .unfinished
+                    .lock()
+                    .extend(flushes.into_iter().map(|Reverse(f)| f));
+                return true;
+            }
+            let Some((count, done)) = self.flush_chunk(&mut flush) else {
+                return flushed;
+            };
+            flushed = true;
+            if !urgent {
+                budget = budget.saturating_sub(count);
+            }
+            if !done {
+                flushes.push(Reverse(flush));
+            }
+        }
+    }
+
+    /// Takes every due list out of `due` and the delay queue, moves the wheel's clocks to the
+    /// latest clock reading among them, and detaches each list in every shard (write lock).
+    /// Returns false if the timer is closed.
+    fn begin_flushes(
+        &self,
+        due: &mut Vec<Due<Arc<TimerTaskList>>>,
+        flushes: &mut BinaryHeap<Reverse<Flush>>,
+    ) -> bool {
+        while let Some(next) = self.delay_queue.poll() {
+            due.push(next);
+        }
+        let mut write = self.timing_wheel.write();
+        if self.is_closed() {
+            return false;
+        }
+        if let Some(now_ms) = due.iter().map(|d| d.now_ms).max() {
+            // The clock's reading, not the list's expiration (Kafka): one flush then
+            // expires everything due, and the wheels never run ahead of the clock.
+            write.value().advance_clock(now_ms, &write);
+        }
+        for Due {
+            value: list,
+            due_ms,
+            ..
+        } in due.drain(..)
+        {
+            // Queued again for another time since, or already flushed: stale.
+            if list.expiration_ms() != due_ms {
+                continue;
+            }
+            list.reset_expiration();
+            for shard in write.shards_mut() {
+                shard.detach(list.id());
+            }
+            flushes.push(Reverse(Flush::new(list, due_ms)));
+        }
+        true
+    }
+
+    /// Re-adds up to a chunk of entries of `flush`, one stripe at a time, handing the
+    /// expired ones to the executor. Returns how many it re-added and whether the flush is
+    /// done, or `None` if the timer is closed.
+    fn flush_chunk(&self, flush: &mut Flush) -> Option<(usize, bool)> {
+        let chunk = self.flusher.chunking.chunk;
+        let mut count = 0;
+        while flush.stripe < self.timing_wheel.stripes() {
+            let mut read = self.timing_wheel.read_urgent(flush.stripe);
+            if self.is_closed() {
+                return None;
+            }
+            let (wheel, shard) = read.parts();
+            let mut expired = self.executor.batch();
+            count += flush.list.flush(shard, chunk - count, |shard, entry| {
+                add_timer_task_entry(wheel, shard, entry, &mut expired);
+            });
+            // Handed over under the lock that took them out of the store, so that a `close`
+            // waits for these tasks too; and once `size()` no longer counts them.
+            read.publish_len();
+            self.executor.submit_batch(expired);
+            if count == chunk {
+                return Some((count, false));
+            }
+            flush.stripe += 1;
+        }
+        Some((count, true))
+    }
+}
+
+/// A model of the timer with its flushes cut into chunks of one to three entries and almost
+/// no budget per call, so that adds, cancels and clock steps land between the chunks of a
+/// flush. (`tests/model.rs` checks the timer against a model with full-size chunks.)
+#[cfg(test)]
+mod tests {
+    use super::super::SystemTimer;
+    use crate::{MockTime, Timer, TimerTask, TimerTaskEntry};
+    use proptest::prelude::*;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicI64, AtomicUsize};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Add(i64),
+        Cancel(usize),
+        /// Move the clock, then call `advance_clock(0)` this many times (1 to 3).
+        Step(i64, u8),
+    }
+
+    /// What happened to one task.
+    #[derive(Default)]
+    struct Record {
+        runs: AtomicUsize,
+        drops: AtomicUsize,
+        ran_at_ms: AtomicI64,
+    }
+
+    struct Probe {
+        delay_ms: i64,
+        time: MockTime,
+        record: Arc<Record>,
+    }
+
+    impl TimerTask for Probe {
+        fn delay_ms(&self) -> i64 {
+            self.delay_ms
+        }
+        fn run(self: Box<Self>) {
+            self.record
+                .ran_at_ms
+                .store(self.time.hi_res_clock_ms(), Ordering::SeqCst);
+            self.record.runs.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            self.record.drops.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    struct Task {
+        due_ms: i64,
+        entry: TimerTaskEntry,
+        record: Arc<Record>,
+        cancelled: bool,
+    }
+
+    /// Waits until the executor has run everything handed to it so far.
+    fn barrier(timer: &SystemTimer) {
+        let (tx, rx) = mpsc::channel();
+        timer.add(crate::timer_task(0, move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("executor barrier");
+    }
+
+    /// Checks every task against the clock: a task ran iff its bucket's time has come and
+    /// it was not cancelled (`drained`: the timer has nothing due left), never twice, never
+    /// both run and cancelled.
+    fn check(tasks: &[Task], now_ms: i64, drained: bool) {
+        for (id, task) in tasks.iter().enumerate() {
+            let runs = task.record.runs.load(Ordering::SeqCst);
+            assert!(runs <= 1, "task {id} ran {runs} times");
+            if runs == 1 {
+                assert!(!task.cancelled, "task {id} ran and was cancelled");
+                assert!(
+                    task.due_ms <= now_ms,
+                    "task {id} ran before its bucket's time"
+                );
+                assert!(task.record.ran_at_ms.load(Ordering::SeqCst) >= task.due_ms);
+            } else if drained && !task.cancelled {
+                assert!(task.due_ms > now_ms, "task {id} is due and did not run");
+            }
+        }
+    }
+
+    fn run_model(tick_ms: i64, wheel_size: usize, chunk: usize, budget: usize, ops: &[Op]) {
+        let time = MockTime::new();
+        let timer = SystemTimer::builder("chunks")
+            .time(time.clone())
+            .tick_ms(tick_ms)
+            .wheel_size(wheel_size)
+            .chunking(chunk, budget)
+            .build();
+        let mut tasks: Vec<Task> = Vec::new();
+        for op in ops {
+            match *op {
+                Op::Add(delay_ms) => {
+                    let record = Arc::new(Record::default());
+                    let expiration_ms = time.hi_res_clock_ms() + delay_ms;
+                    let entry = timer.add(Box::new(Probe {
+                        delay_ms,
+                        time: time.clone(),
+                        record: Arc::clone(&record),
+                    }));
+                    tasks.push(Task {
+                        due_ms: expiration_ms - expiration_ms.rem_euclid(tick_ms),
+                        entry,
+                        record,
+                        cancelled: false,
+                    });
+                }
+                Op::Cancel(k) if !tasks.is_empty() => {
+                    let at = k % tasks.len();
+                    let task = &mut tasks[at];
+                    if task.entry.cancel() {
+                        assert!(!task.cancelled, "task {at} cancelled twice");
+                        assert_eq!(task.record.drops.load(Ordering::SeqCst), 1);
+                        task.cancelled = true;
+                    }
+                }
+                Op::Cancel(_) => {}
+                Op::Step(ms, calls) => {
+                    time.sleep(ms);
+                    for _ in 0..calls {
+                        timer.advance_clock(0);
+                    }
+                    barrier(&timer);
+                    check(&tasks, time.hi_res_clock_ms(), false);
+                }
+            }
+        }
+        while timer.advance_clock(0) {}
+        barrier(&timer);
+        let now_ms = time.hi_res_clock_ms();
+        check(&tasks, now_ms, true);
+        let pending = tasks
+            .iter()
+            .filter(|t| !t.cancelled && t.record.runs.load(Ordering::SeqCst) == 0)
+            .count();
+        assert_eq!(timer.size(), pending);
+        timer.close();
+        for (id, task) in tasks.iter().enumerate() {
+            assert_eq!(task.record.drops.load(Ordering::SeqCst), 1, "task {id}");
+        }
+    }
+
+    /// Cases per run: 64, or `PROPTEST_CASES`.
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(64)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => prop_oneof![1..=40i64, 1..=3_000i64, 1..=200_000i64].prop_map(Op::Add),
+            2 => any::<usize>().prop_map(Op::Cancel),
+            3 => (prop_oneof![0..=30i64, 0..=3_000i64], 1..=3u8).prop_map(|(ms, calls)| Op::Step(ms, calls)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn adds_cancels_and_clock_steps_between_the_chunks_of_a_flush_agree_with_the_model(
+            (tick_ms, wheel_size) in prop_oneof![Just((1, 20)), Just((1, 3)), Just((3, 2)), Just((2, 1))],
+            chunk in 1..=3usize,
+            budget in 1..=4usize,
+            ops in proptest::collection::vec(op(), 1..300),
+        ) {
+            run_model(tick_ms, wheel_size, chunk, budget, &ops);
+        }
+    }
+}

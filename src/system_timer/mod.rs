@@ -1,0 +1,520 @@
+//! Kafka's `SystemTimer`: a hierarchical timing wheel, a delay queue of its lists and an
+//! executor pool.
+//!
+//! `add` and `advance_clock` read as Kafka's do, each step one module down: the wheel
+//! (`wheel`) places an entry, the store (`store`) keeps it, the delay queue
+//! (`rt::delay_queue`) says when a list is due, the flush scheduler ([`flush`]) moves the
+//! due lists' entries down the wheel or to the executor (`rt::executor`).
+//!
+//! # Ground rules
+//!
+//! The lock order of the whole timer is stated once, in `store`. Here:
+//!
+//! - `closed` only goes from false to true, under the write lock; `add`, `reschedule`,
+//!   `advance_clock` and each flush chunk read it under a lock, so none of them acts on a
+//!   closed timer.
+//! - An entry's life: `add` stores it in a slot of its thread's shard and appends it to a
+//!   list (or, already expired, hands its task to the executor). The list is offered to the
+//!   delay queue when its expiration changes. `advance_clock` polls due lists, moves the
+//!   wheel's clocks and detaches each due list in every shard (write lock), then re-adds the
+//!   detached entries a chunk at a time (read lock of the shard): into a finer list, or out
+//!   of the store and to the executor. `cancel` and `reschedule` take the entry out of its
+//!   list at any point before that. Whoever takes the task out of the store, under the
+//!   shard's lock, owns it, so it is run or cancelled exactly once.
+
+mod builder;
+mod flush;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::rt::executor::Executor;
+use crate::store::{Entry, EntryStore, ReadGuard, Released, ShardState, thread_hint};
+use crate::time::hi_res_clock_ms_ceil;
+use crate::wheel::{BucketQueue, TimingWheel};
+use crate::{AddError, Time, Timer, TimerTask, TimerTaskEntry};
+
+pub use builder::SystemTimerBuilder;
+use flush::Flusher;
+
+/// How long `close` waits for tasks already handed to the executor (Kafka waits twice 5 s).
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Kafka's `SystemTimer`: a hierarchical timing wheel with O(1) add and cancel, a delay
+/// queue of buckets, and an executor pool (one thread by default, as in Kafka) that runs
+/// expired tasks.
+///
+/// Something must drive it: call [`advance_clock`](Timer::advance_clock) in a loop (Kafka's
+/// `while (timer.advanceClock(200))`), or wrap it in a
+/// [`SystemTimerReaper`](crate::SystemTimerReaper), which does that on its own thread.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use timingwheel::{timer_task, SystemTimer, Timer};
+///
+/// let timer = SystemTimer::new("example");
+/// let (fired, fired_rx) = mpsc::channel();
+/// let slow = timer.add(timer_task(60_000, || unreachable!("cancelled below")));
+/// timer.add(timer_task(5, move || fired.send("done").unwrap()));
+/// assert_eq!(timer.size(), 2);
+///
+/// assert!(slow.cancel());
+/// while fired_rx.try_recv().is_err() {
+///     timer.advance_clock(200);
+/// }
+/// assert_eq!(timer.size(), 0);
+/// timer.close();
+/// ```
+///
+/// # Differences from Kafka
+///
+/// - Expirations are computed from the instant `add` is called, rounded *up* to the next
+///   millisecond, so with a 1 ms tick no task runs before that instant plus its delay.
+///   (Kafka reads the clock after taking the lock and rounds down.)
+/// - A task whose delay is zero or negative goes to the executor at once. (Kafka puts it
+///   in the wheel if the wheel's clock lags, as it does after an idle spell, and it then
+///   waits for the next `advance_clock`.)
+/// - A closed timer refuses new tasks (their entries report [`cancelled`]), its
+///   `advance_clock` returns false at once, and the tasks still waiting are dropped at
+///   `close`. Kafka's throws `RejectedExecutionException` or keeps them forever.
+/// - A panicking task is logged with `log::error!`.
+///
+/// [`cancelled`]: TimerTaskEntry::cancelled
+pub struct SystemTimer {
+    executor_name: String,
+    time: Arc<dyn Time>,
+    /// Lists by due time. Has its own lock.
+    delay_queue: Arc<BucketQueue>,
+    /// The wheel, behind Kafka's reader-writer lock, whose stripes are the shards of the
+    /// entries (see `store`).
+    timing_wheel: EntryStore<TimingWheel>,
+    /// Moves due lists' entries on, a chunk at a time, most urgent first.
+    flusher: Flusher,
+    executor: Executor,
+    /// Set once, under the write lock of `timing_wheel`.
+    closed: AtomicBool,
+    /// The bound of [`SystemTimerBuilder::max_pending`], with the exact count of pending
+    /// entries it is checked against (kept by the store).
+    max_pending: Option<(usize, Arc<AtomicUsize>)>,
+}
+
+/// What a [`SystemTimer`] did since it was built: see [`SystemTimer::stats`].
+///
+/// Counted per shard under the locks `add` and `cancel` take anyway, so keeping them costs
+/// an `add` nothing measurable; read without a lock, so a reading taken while other threads
+/// add or flush may be a moment behind. Exact once the timer is quiet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Tasks the timer took (refused ones not counted).
+    pub added: u64,
+    /// Tasks handed to the executor, those whose delay was <= 0 included.
+    pub expired: u64,
+    /// Successful [`TimerTaskEntry::cancel`] calls.
+    pub cancelled: u64,
+    /// `add` and `try_add` calls that did not take their task.
+    pub refused: u64,
+    /// Tasks waiting: the same as [`size`](Timer::size).
+    pub pending: u64,
+}
+
+impl SystemTimer {
+    /// Creates a timer with tick 1 ms and wheel size 20, started at [`hi_res_clock_ms`],
+    /// whose executor thread is named `executor-{executor_name}`.
+    ///
+    /// [`hi_res_clock_ms`]: crate::hi_res_clock_ms
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::new("purgatory");
+    /// assert_eq!(timer.size(), 0);
+    /// ```
+    pub fn new(executor_name: &str) -> SystemTimer {
+        SystemTimer::builder(executor_name).build()
+    }
+
+    /// Creates a timer with the given tick, wheel size and start time (on the
+    /// [`hi_res_clock_ms`] clock), like Kafka's four-argument constructor. A `start_ms`
+    /// later than the clock is taken as the clock's reading, so that nothing runs early.
+    ///
+    /// [`hi_res_clock_ms`]: crate::hi_res_clock_ms
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{hi_res_clock_ms, SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::with_config("test", 1, 3, hi_res_clock_ms());
+    /// assert_eq!(timer.size(), 0);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Panics, naming the argument and its value, if `tick_ms <= 0` or `wheel_size == 0`,
+    /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31.
+    #[track_caller]
+    pub fn with_config(
+        executor_name: &str,
+        tick_ms: i64,
+        wheel_size: usize,
+        start_ms: i64,
+    ) -> SystemTimer {
+        SystemTimer::builder(executor_name)
+            .tick_ms(tick_ms)
+            .wheel_size(wheel_size)
+            .start_ms(start_ms)
+            .build()
+    }
+
+    /// Returns a builder, for a timer on another clock (such as a
+    /// [`MockTime`](crate::MockTime)) or with another tick and wheel size.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("mocked").time(time.clone()).build();
+    /// timer.add(timer_task(10, || {}));
+    /// assert!(!timer.advance_clock(0), "nothing is due yet");
+    /// time.sleep(10);
+    /// assert!(timer.advance_clock(0));
+    /// ```
+    pub fn builder(executor_name: &str) -> SystemTimerBuilder {
+        SystemTimerBuilder::new(executor_name)
+    }
+
+    /// Returns the name given at creation (the executor thread is `executor-{name}`).
+    pub fn executor_name(&self) -> &str {
+        &self.executor_name
+    }
+
+    /// True once [`close`](Timer::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Returns what the timer did since it was built: tasks added, expired, cancelled and
+    /// refused, and how many wait now.
+    ///
+    /// Cheap: a few relaxed loads per shard, no lock. While other threads add, cancel or
+    /// flush, a reading can lag them by a moment; once the timer is quiet it is exact, and
+    /// `added == expired + cancelled + pending` until the timer is closed (closing drops
+    /// the waiting tasks without counting them as expired or cancelled).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer, TimerStats};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("stats").time(time.clone()).max_pending(2).build();
+    /// let a = timer.add(timer_task(10, || {}));
+    /// timer.add(timer_task(20, || {}));
+    /// timer.add(timer_task(30, || {})); // refused: two are pending
+    /// assert!(a.cancel());
+    /// time.sleep(20);
+    /// while timer.advance_clock(0) {}
+    /// let stats = timer.stats();
+    /// assert_eq!(
+    ///     stats,
+    ///     TimerStats { added: 2, expired: 1, cancelled: 1, refused: 1, pending: 0 }
+    /// );
+    /// ```
+    pub fn stats(&self) -> TimerStats {
+        let counts = self.timing_wheel.counts();
+        TimerStats {
+            added: counts.added,
+            expired: counts.expired,
+            cancelled: counts.cancelled,
+            refused: counts.refused,
+            pending: self.size() as u64,
+        }
+    }
+
+    /// Returns the bytes of memory the timer holds for its pending entries: their slots
+    /// and their places in the wheel's lists, not the tasks themselves (each task is the
+    /// caller's `Box`).
+    ///
+    /// The timer maps this memory from the operating system itself, in 64 KiB chunks, and
+    /// unmaps a chunk as soon as its last entry leaves (keeping one spare per shard), so
+    /// this follows the pending entries and is resident memory (RSS) of the process, not
+    /// memory kept by the heap's allocator. Locks each shard briefly.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::new("memory");
+    /// let empty = timer.storage_bytes();
+    /// let entries: Vec<_> = (0..10_000).map(|_| timer.add(timer_task(60_000, || {}))).collect();
+    /// assert!(timer.storage_bytes() >= empty + 10_000 * 32, "a 32-byte slot each, at least");
+    /// entries.iter().for_each(|entry| assert!(entry.cancel()));
+    /// assert!(timer.storage_bytes() <= empty + 512 * 1024, "given back but a spare per shard");
+    /// ```
+    pub fn storage_bytes(&self) -> usize {
+        self.timing_wheel.mapped_bytes()
+    }
+}
+
+/// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
+/// says it is expired, takes its task out of the store and into `expired`.
+fn add_timer_task_entry(
+    wheel: &TimingWheel,
+    shard: &mut ShardState,
+    entry: Entry,
+    expired: &mut Vec<Box<dyn TimerTask>>,
+) {
+    if !wheel.add(shard, entry) {
+        expired.push(shard.remove(entry.index));
+        shard.counts.expired += 1;
+    }
+}
+
+impl SystemTimer {
+    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not.
+    fn insert(
+        &self,
+        task: Box<dyn TimerTask>,
+        delay_ms: i64,
+        expiration_ms: i64,
+    ) -> Result<TimerTaskEntry, AddError> {
+        let mut read = self.timing_wheel.read(thread_hint());
+        if self.closed.load(Ordering::Acquire) {
+            read.parts().1.counts.refused += 1;
+            return Err(AddError::Closed(task));
+        }
+        let mut expired = Vec::new();
+        if delay_ms <= 0 {
+            // Already expired, whatever the wheel's clock says (see "Differences").
+            let counts = &mut read.parts().1.counts;
+            counts.added += 1;
+            counts.expired += 1;
+            expired.push(task);
+        } else {
+            if !self.reserve_pending() {
+                read.parts().1.counts.refused += 1;
+                return Err(AddError::Full(task));
+            }
+            if read.parts().1.is_full() {
+                match self.stripe_with_room() {
+                    Some(other) => read = other,
+                    None => {
+                        self.unreserve_pending();
+                        read.parts().1.counts.refused += 1;
+                        return Err(AddError::Full(task));
+                    }
+                }
+            }
+            let (wheel, shard) = read.parts();
+            let key = match shard.insert(task, expiration_ms) {
+                Ok(key) => key,
+                Err(task) => {
+                    self.unreserve_pending();
+                    shard.counts.refused += 1;
+                    return Err(AddError::Full(task));
+                }
+            };
+            shard.counts.added += 1;
+            let entry = Entry {
+                index: key.index,
+                expiration_ms,
+            };
+            add_timer_task_entry(wheel, shard, entry, &mut expired);
+            if expired.is_empty() {
+                return Ok(TimerTaskEntry::pending(read.shard(), key, expiration_ms));
+            }
+            read.publish_len();
+        }
+        // Still under the read lock, so a concurrent `close` waits for this hand-over and
+        // then for the task.
+        self.executor.submit_batch(expired);
+        Ok(TimerTaskEntry::expired(expiration_ms))
+    }
+
+    /// Counts one more pending entry against `max_pending`; false, counting nothing, if
+    /// the timer holds its maximum already.
+    fn reserve_pending(&self) -> bool {
+        match &self.max_pending {
+            None => true,
+            Some((max, pending)) => pending
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < *max).then_some(n + 1)
+                })
+                .is_ok(),
+        }
+    }
+
+    /// Takes back a [`reserve_pending`](Self::reserve_pending) whose entry was not stored.
+    fn unreserve_pending(&self) {
+        if let Some((_, pending)) = &self.max_pending {
+            pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
+    /// "Differences from Kafka").
+    fn expiration_after(&self, delay_ms: i64) -> i64 {
+        hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms)
+    }
+}
+
+impl Timer for SystemTimer {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        match self.insert(task, delay_ms, expiration_ms) {
+            Ok(entry) => entry,
+            Err(refused) => {
+                drop(refused);
+                TimerTaskEntry::refused(expiration_ms)
+            }
+        }
+    }
+
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        self.insert(task, delay_ms, expiration_ms)
+    }
+
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        let Some((shard, key)) = entry.location() else {
+            return false;
+        };
+        let Some(stripe) = self.timing_wheel.stripe_of(shard) else {
+            return false;
+        };
+        let expiration_ms = self.expiration_after(delay_ms);
+        let mut read = self.timing_wheel.read(stripe);
+        if self.is_closed() {
+            return false;
+        }
+        let (wheel, state) = read.parts();
+        let mut expired = Vec::new();
+        if delay_ms <= 0 {
+            let Some(task) = state.take(key) else {
+                return false;
+            };
+            state.counts.expired += 1;
+            expired.push(task);
+        } else {
+            let Some(moved) = state.reschedule(key, expiration_ms) else {
+                return false;
+            };
+            add_timer_task_entry(wheel, state, moved, &mut expired);
+        }
+        entry.set_expiration(state, expiration_ms);
+        if !expired.is_empty() {
+            read.publish_len();
+            self.executor.submit_batch(expired);
+        }
+        true
+    }
+
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        // Flushes an earlier call left unfinished go on first; else wait for a due list.
+        let first = if self.flusher.has_unfinished() {
+            None
+        } else {
+            match self.delay_queue.poll_timeout(timeout_ms) {
+                Some(due) => Some(due),
+                None => return false,
+            }
+        };
+        // Moves the clocks, then every due list's entries down the wheel or to the
+        // executor: Kafka's `while (bucket != null)` loop, in chunks (see `flush`).
+        self.flush(first)
+    }
+
+    fn size(&self) -> usize {
+        self.timing_wheel.len()
+    }
+
+    fn close(&self) {
+        drop(self.shut_down());
+    }
+
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.shut_down().map_or_else(Vec::new, Released::into_tasks)
+    }
+}
+
+impl SystemTimer {
+    /// Returns the read lock of a stripe whose shard has room, for an `add` whose own
+    /// stripe is full; `None` if every shard is full. Called with the own stripe locked:
+    /// it only tries the others (never waiting for two locks at once).
+    #[cold]
+    fn stripe_with_room(&self) -> Option<ReadGuard<'_, TimingWheel>> {
+        (0..self.timing_wheel.stripes()).find_map(|stripe| {
+            let mut read = self.timing_wheel.try_read(stripe)?;
+            (!read.parts().1.is_full()).then_some(read)
+        })
+    }
+
+    /// Closes the timer and returns what was still waiting (`None` if it was closed
+    /// already), after waiting for the tasks already on the executor: in every caller,
+    /// not only the one that closed it (Kafka's `close` awaits the executor in each call),
+    /// up to one deadline that all callers share (see `Executor::wait_idle`).
+    fn shut_down(&self) -> Option<Released> {
+        let cleared = {
+            // Taken also when closed already: a concurrent first caller may still be
+            // clearing, and no task reaches the executor once `closed` is set under it.
+            let mut write = self.timing_wheel.write();
+            if self.closed.swap(true, Ordering::AcqRel) {
+                None
+            } else {
+                self.delay_queue.close();
+                let mut cleared = Released::default();
+                for shard in write.shards_mut() {
+                    cleared.absorb(shard.clear());
+                }
+                self.flusher.forget_unfinished();
+                Some(cleared)
+            }
+        };
+        if let Some(cleared) = &cleared {
+            log::debug!(
+                "timer {}: closed with {} tasks still waiting",
+                self.executor_name,
+                cleared.task_count()
+            );
+        }
+        let left = self.executor.wait_idle(CLOSE_WAIT);
+        if left > 0 {
+            log::warn!(
+                "timer {}: {left} tasks still running after {CLOSE_WAIT:?}; not waiting longer",
+                self.executor_name
+            );
+        }
+        self.executor.shut_down(left == 0);
+        cleared
+    }
+}
+
+impl Drop for SystemTimer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl fmt::Debug for SystemTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SystemTimer")
+            .field("executor_name", &self.executor_name)
+            .field("size", &self.timing_wheel.len())
+            .field("closed", &self.is_closed())
+            .finish_non_exhaustive()
+    }
+}
