@@ -96,9 +96,7 @@ pub(crate) fn hi_res_clock_ms_ceil(time: &dyn Time) -> i64 {
     let nanos = time.nanoseconds_wide();
     match i64::try_from(nanos) {
         // In i64 whenever it fits, as in `hi_res_clock_ms`.
-        Ok(nanos) => {
-            nanos.div_euclid(NANOS_PER_MS) + i64::from(nanos.rem_euclid(NANOS_PER_MS) != 0)
-        }
+        Ok(nanos) => ceil_ms(nanos),
         Err(_) => saturate(
             nanos.div_euclid(NANOS_PER_MS_WIDE)
                 + i128::from(nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0),
@@ -146,6 +144,34 @@ fn origin() -> Instant {
 /// that subtracts a delay from "now" then stays far from `i64::MIN`.
 const ORIGIN_OFFSET_NANOS: i64 = 1_000_000_000_000_000;
 
+impl SystemClock {
+    /// Returns the monotonic nanosecond reading ([`Time::nanoseconds`]), without a call
+    /// through `dyn Time`: `add` reads this for every task.
+    #[inline]
+    fn now_ns() -> i64 {
+        let since = origin().elapsed();
+        // u64 nanoseconds last 584 years from the origin; past 292 the reading saturates.
+        let nanos = since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos());
+        i64::try_from(nanos)
+            .unwrap_or(i64::MAX)
+            .saturating_add(ORIGIN_OFFSET_NANOS)
+    }
+
+    /// Returns [`hi_res_clock_ms_ceil`] of the system clock, the fast way: a reading is
+    /// never negative, so rounding up is one unsigned division by a constant.
+    #[inline]
+    pub(crate) fn ms_ceil() -> i64 {
+        let nanos = SystemClock::now_ns() as u64;
+        (nanos.div_ceil(NANOS_PER_MS as u64)) as i64
+    }
+}
+
+/// Rounds a nanosecond reading up to a millisecond one.
+#[inline]
+fn ceil_ms(nanos: i64) -> i64 {
+    nanos.div_euclid(NANOS_PER_MS) + i64::from(nanos.rem_euclid(NANOS_PER_MS) != 0)
+}
+
 impl Time for SystemClock {
     fn milliseconds(&self) -> i64 {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
@@ -155,14 +181,7 @@ impl Time for SystemClock {
     }
 
     fn nanoseconds(&self) -> i64 {
-        let since = origin().elapsed();
-        // i64 nanoseconds last 292 years from the origin; past that, saturate.
-        i64::try_from(since.as_secs())
-            .ok()
-            .and_then(|secs| secs.checked_mul(1_000_000_000))
-            .and_then(|nanos| nanos.checked_add(i64::from(since.subsec_nanos())))
-            .unwrap_or(i64::MAX)
-            .saturating_add(ORIGIN_OFFSET_NANOS)
+        SystemClock::now_ns()
     }
 
     fn sleep(&self, ms: i64) {

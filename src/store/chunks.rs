@@ -1,6 +1,7 @@
 //! Items in mapped chunks: the storage that slots and ring blocks share.
 //!
-//! A [`Chunks<T>`] hands out items by `u32` index. Items live in chunks of `2^shift` items,
+//! A [`Chunks<T>`] hands out items by `u32` index. Items live in chunks of
+//! `2^T::CHUNK_SHIFT` items,
 //! each a [`Region`] of its own; a chunk is mapped when the first of its items is taken and
 //! unmapped once its last one is given back, so the memory follows the items in use. Each
 //! chunk keeps its vacant items in a list threaded through the items themselves
@@ -29,6 +30,11 @@ pub(crate) const NIL: u32 = u32::MAX;
 
 /// An item that can sit in a chunk's vacant list.
 pub(crate) trait Item: Sized {
+    /// Items per chunk: `2^CHUNK_SHIFT`.
+    const CHUNK_SHIFT: u32;
+    /// Chunks at most.
+    const MAX_CHUNKS: usize;
+
     /// Returns a vacant item whose successor in the vacant list is `next`, starting over from
     /// `generation` (ignored by items that count none).
     fn vacant(next: u32, generation: u32) -> Self;
@@ -55,10 +61,8 @@ struct Chunk<T> {
     generation: u32,
 }
 
-/// Items of type `T`, in chunks of `2^shift`, at most `max_chunks` chunks.
+/// Items of type `T`, in chunks of `2^T::CHUNK_SHIFT`, at most `T::MAX_CHUNKS` chunks.
 pub(crate) struct Chunks<T> {
-    shift: u32,
-    max_chunks: usize,
     chunks: Vec<Chunk<T>>,
     /// Chunk numbers whose chunk has room.
     partial: Vec<u32>,
@@ -73,10 +77,8 @@ pub(crate) struct Chunks<T> {
 
 impl<T: Item> Chunks<T> {
     /// Creates empty storage: no chunk is mapped until an item is taken.
-    pub(crate) const fn new(shift: u32, max_chunks: usize) -> Chunks<T> {
+    pub(crate) const fn new() -> Chunks<T> {
         Chunks {
-            shift,
-            max_chunks,
             chunks: Vec::new(),
             partial: Vec::new(),
             unused: Vec::new(),
@@ -87,9 +89,8 @@ impl<T: Item> Chunks<T> {
     }
 
     /// Items per chunk.
-    fn per_chunk(&self) -> u32 {
-        1 << self.shift
-    }
+    const PER_CHUNK: u32 = 1 << T::CHUNK_SHIFT;
+    const MASK: u32 = Self::PER_CHUNK - 1;
 
     /// Returns the number of items taken and not given back.
     pub(crate) fn live(&self) -> usize {
@@ -102,11 +103,11 @@ impl<T: Item> Chunks<T> {
     ///
     /// Panics if its chunk is not mapped.
     pub(crate) fn get(&self, index: u32) -> &T {
-        let chunk = self.chunks[(index >> self.shift) as usize]
+        let chunk = self.chunks[(index >> T::CHUNK_SHIFT) as usize]
             .items
             .as_ref()
             .expect("an item of an unmapped chunk");
-        &chunk[(index & (self.per_chunk() - 1)) as usize]
+        &chunk[(index & Self::MASK) as usize]
     }
 
     /// Returns the item at `index`, mutably.
@@ -115,31 +116,30 @@ impl<T: Item> Chunks<T> {
     ///
     /// Panics if its chunk is not mapped.
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
-        let mask = self.per_chunk() - 1;
-        let chunk = self.chunks[(index >> self.shift) as usize]
+        let chunk = self.chunks[(index >> T::CHUNK_SHIFT) as usize]
             .items
             .as_mut()
             .expect("an item of an unmapped chunk");
-        &mut chunk[(index & mask) as usize]
+        &mut chunk[(index & Self::MASK) as usize]
     }
 
     /// Returns the item at `index` if its chunk is mapped.
     pub(crate) fn try_get(&self, index: u32) -> Option<&T> {
-        let chunk = self.chunks.get((index >> self.shift) as usize)?;
+        let chunk = self.chunks.get((index >> T::CHUNK_SHIFT) as usize)?;
         chunk
             .items
             .as_ref()
-            .map(|items| &items[(index & (self.per_chunk() - 1)) as usize])
+            .map(|items| &items[(index & Self::MASK) as usize])
     }
 
     /// True if no item can be taken: every chunk number is used and full, or retired.
     pub(crate) fn is_full(&self) -> bool {
-        self.partial.is_empty() && self.unused.is_empty() && self.chunks.len() == self.max_chunks
+        self.partial.is_empty() && self.unused.is_empty() && self.chunks.len() == T::MAX_CHUNKS
     }
 
-    /// Takes a vacant item and returns its index, for the caller to fill. `None` if the
-    /// storage is full.
-    pub(crate) fn take(&mut self) -> Option<u32> {
+    /// Takes a vacant item and returns its index and the item, for the caller to fill.
+    /// `None` if the storage is full.
+    pub(crate) fn take(&mut self) -> Option<(u32, &mut T)> {
         let number = match self.partial.last() {
             Some(&number) => number,
             None => self.map_chunk()?,
@@ -147,23 +147,25 @@ impl<T: Item> Chunks<T> {
         if number == self.empty {
             self.empty = NIL;
         }
+        self.live += 1;
         let chunk = &mut self.chunks[number as usize];
-        let items = chunk.items.as_mut().expect("a partial chunk is mapped");
         let offset = chunk.vacant;
-        chunk.vacant = items[offset as usize].next_vacant();
         chunk.live += 1;
-        if chunk.vacant == NIL {
+        let items = chunk.items.as_mut().expect("a partial chunk is mapped");
+        let next = items[offset as usize].next_vacant();
+        chunk.vacant = next;
+        if next == NIL {
             let at = std::mem::replace(&mut chunk.partial_at, NIL);
             self.unlist_partial(at);
         }
-        self.live += 1;
-        Some((number << self.shift) | offset)
+        let item = self.get_mut((number << T::CHUNK_SHIFT) | offset);
+        Some(((number << T::CHUNK_SHIFT) | offset, item))
     }
 
     /// Gives the item at `index` back; the caller has taken out what it owned.
     pub(crate) fn give_back(&mut self, index: u32) {
-        let number = index >> self.shift;
-        let offset = index & (self.per_chunk() - 1);
+        let number = index >> T::CHUNK_SHIFT;
+        let offset = index & Self::MASK;
         let chunk = &mut self.chunks[number as usize];
         let items = chunk.items.as_mut().expect("an item of an unmapped chunk");
         let had_room = chunk.vacant != NIL;
@@ -190,7 +192,7 @@ impl<T: Item> Chunks<T> {
     fn map_chunk(&mut self) -> Option<u32> {
         let number = match self.unused.pop() {
             Some(number) => number,
-            None if self.chunks.len() < self.max_chunks => {
+            None if self.chunks.len() < T::MAX_CHUNKS => {
                 self.chunks.push(Chunk {
                     items: None,
                     vacant: NIL,
@@ -207,7 +209,7 @@ impl<T: Item> Chunks<T> {
             }
             None => return None,
         };
-        let per_chunk = self.per_chunk();
+        let per_chunk = Self::PER_CHUNK;
         let generation = self.chunks[number as usize].generation;
         let next = |offset: u32| {
             if offset + 1 < per_chunk {
@@ -299,14 +301,17 @@ impl<T: Item> Chunks<T> {
 mod tests {
     use super::*;
 
-    /// A test item: its vacant link and a generation, retired at `u32::MAX`.
+    /// A test item: its vacant link and a generation, retired at `u32::MAX`, in chunks of
+    /// `2^SHIFT`, at most `MAX` of them.
     #[derive(Debug)]
-    struct Cell {
+    struct Cell<const SHIFT: u32, const MAX: usize> {
         next: u32,
         generation: u32,
     }
 
-    impl Item for Cell {
+    impl<const SHIFT: u32, const MAX: usize> Item for Cell<SHIFT, MAX> {
+        const CHUNK_SHIFT: u32 = SHIFT;
+        const MAX_CHUNKS: usize = MAX;
         fn vacant(next: u32, generation: u32) -> Self {
             Cell { next, generation }
         }
@@ -324,11 +329,12 @@ mod tests {
 
     #[test]
     fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
-        let mut chunks: Chunks<Cell> = Chunks::new(4, 1_000);
+        let mut chunks: Chunks<Cell<4, 1_000>> = Chunks::new();
         assert_eq!(chunks.mapped_bytes(), 0);
-        let taken: Vec<u32> = (0..40).map(|_| chunks.take().unwrap()).collect();
+        let taken: Vec<u32> = (0..40).map(|_| chunks.take().unwrap().0).collect();
         assert_eq!(chunks.live(), 40);
-        let mapped = |c: &Chunks<Cell>| c.chunks.iter().filter(|c| c.items.is_some()).count();
+        let mapped =
+            |c: &Chunks<Cell<4, 1_000>>| c.chunks.iter().filter(|c| c.items.is_some()).count();
         assert_eq!(mapped(&chunks), 3, "16 items per chunk");
         for &index in &taken[..32] {
             chunks.give_back(index);
@@ -341,13 +347,13 @@ mod tests {
         assert!(!chunks.has_released());
         // Taking and giving back at the edge maps and unmaps nothing.
         for _ in 0..100 {
-            let index = chunks.take().unwrap();
+            let index = chunks.take().unwrap().0;
             chunks.give_back(index);
             assert!(!chunks.has_released());
             assert_eq!(mapped(&chunks), 2);
         }
         // Indices stay unique among live items.
-        let again: Vec<u32> = (0..32).map(|_| chunks.take().unwrap()).collect();
+        let again: Vec<u32> = (0..32).map(|_| chunks.take().unwrap().0).collect();
         let mut all: Vec<u32> = again.iter().chain(&taken[32..]).copied().collect();
         all.sort_unstable();
         all.dedup();
@@ -357,12 +363,12 @@ mod tests {
 
     #[test]
     fn a_retired_item_is_not_reused_and_a_retired_number_is_not_remapped() {
-        let mut chunks: Chunks<Cell> = Chunks::new(1, 10);
-        let a = chunks.take().unwrap();
-        let b = chunks.take().unwrap();
+        let mut chunks: Chunks<Cell<1, 10>> = Chunks::new();
+        let a = chunks.take().unwrap().0;
+        let b = chunks.take().unwrap().0;
         chunks.get_mut(a).generation = u32::MAX;
         chunks.give_back(a);
-        let c = chunks.take().unwrap();
+        let c = chunks.take().unwrap().0;
         assert_ne!(
             c >> 1,
             a >> 1,
@@ -376,25 +382,25 @@ mod tests {
 
     #[test]
     fn full_when_every_chunk_number_is_used() {
-        let mut chunks: Chunks<Cell> = Chunks::new(1, 2);
+        let mut chunks: Chunks<Cell<1, 2>> = Chunks::new();
         for _ in 0..4 {
             assert!(!chunks.is_full());
             chunks.take().unwrap();
         }
         assert!(chunks.is_full());
-        assert_eq!(chunks.take(), None);
+        assert!(chunks.take().is_none());
     }
 
     #[test]
     fn clear_hands_back_every_chunk_and_keeps_generations() {
-        let mut chunks: Chunks<Cell> = Chunks::new(2, 10);
-        let taken: Vec<u32> = (0..6).map(|_| chunks.take().unwrap()).collect();
+        let mut chunks: Chunks<Cell<2, 10>> = Chunks::new();
+        let taken: Vec<u32> = (0..6).map(|_| chunks.take().unwrap().0).collect();
         chunks.get_mut(taken[5]).generation = 9;
         let mut out = Vec::new();
         chunks.clear(&mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(chunks.live(), 0);
-        let index = chunks.take().unwrap();
+        let index = chunks.take().unwrap().0;
         let chunk = (index >> 2) as usize;
         let base = chunks.chunks[chunk].generation;
         assert!(chunks.get(index).generation >= base);

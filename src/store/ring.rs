@@ -53,6 +53,8 @@ const MAX_BLOCKS: usize = 1 << 24;
 pub(crate) struct Block([u32; BLOCK_WORDS]);
 
 impl Item for Block {
+    const CHUNK_SHIFT: u32 = CHUNK_SHIFT;
+    const MAX_CHUNKS: usize = MAX_BLOCKS >> CHUNK_SHIFT;
     fn vacant(next: u32, _generation: u32) -> Block {
         let mut words = [0; BLOCK_WORDS];
         words[NEXT] = next;
@@ -154,6 +156,10 @@ impl ListPart {
 /// The list parts of one shard and the blocks they are made of.
 pub(crate) struct Rings {
     blocks: Chunks<Block>,
+    /// The last block a chain let go of, kept for the next chain that needs one (or `NIL`):
+    /// an entry added and cancelled over and over at a block's edge then costs a block
+    /// neither taken from nor given back to the chunks.
+    spare: u32,
     /// By list id; grown when an entry is first added to a list of a higher id.
     parts: Vec<ListPart>,
 }
@@ -161,7 +167,8 @@ pub(crate) struct Rings {
 impl Rings {
     pub(crate) const fn new() -> Rings {
         Rings {
-            blocks: Chunks::new(CHUNK_SHIFT, MAX_BLOCKS >> CHUNK_SHIFT as usize),
+            blocks: Chunks::new(),
+            spare: NIL,
             parts: Vec::new(),
         }
     }
@@ -174,55 +181,57 @@ impl Rings {
         self.blocks.get_mut(block).0[word] = value;
     }
 
-    fn entry(&self, block: u32, offset: usize) -> u32 {
-        self.blocks.get(block).0[HEADER + offset]
-    }
-
-    fn set_entry(&mut self, block: u32, offset: usize, value: u32) {
-        self.blocks.get_mut(block).0[HEADER + offset] = value;
-    }
-
-    /// Makes room for list `id` ahead of time: called on the adding path, so that later
-    /// pushes to lists of lower ids (a flush moves entries down) never grow `parts`.
-    fn part_mut(&mut self, id: u32) -> &mut ListPart {
-        let at = id as usize;
-        if at >= self.parts.len() {
-            self.parts.resize(at + 1, ListPart::EMPTY);
-        }
-        &mut self.parts[at]
-    }
-
     /// Appends slot `index` to the current chain of list `id`; returns where it went.
     pub(crate) fn push(&mut self, id: u32, index: u32) -> Loc {
-        let part = *self.part_mut(id);
+        let at = id as usize;
+        if at >= self.parts.len() {
+            // Grown on the adding path, for the highest list an add reaches first: a flush
+            // only moves entries down, to lists of lower ids, so it never grows `parts`.
+            self.parts.resize(at + 1, ListPart::EMPTY);
+        }
+        let top = self.parts[at].current.top;
+        if top != NIL {
+            let words = &mut self.blocks.get_mut(top).0;
+            let len = words[LEN] as usize;
+            if len < BLOCK_ENTRIES {
+                words[HEADER + len] = index;
+                words[LEN] = len as u32 + 1;
+                return Loc::new(top, len);
+            }
+        }
+        self.push_block(id, index)
+    }
+
+    /// Appends slot `index` to list `id` in a new block on top of its current chain.
+    #[cold]
+    fn push_block(&mut self, id: u32, index: u32) -> Loc {
+        let part = self.parts[id as usize];
         let top = part.current.top;
-        let block = if top != NIL && (self.header(top, LEN) as usize) < BLOCK_ENTRIES {
-            top
-        } else {
-            let block = self
-                .blocks
-                .take()
-                .expect("block ids for every slot of a shard");
-            let words = &mut self.blocks.get_mut(block).0;
-            words[LIST] = id;
-            words[NEXT] = top;
-            words[PREV] = NIL;
-            words[LEN] = 0;
-            words[EPOCH] = part.epoch;
-            if top != NIL {
-                self.set_header(top, PREV, block);
+        let block = match std::mem::replace(&mut self.spare, NIL) {
+            NIL => {
+                self.blocks
+                    .take()
+                    .expect("block ids for every slot of a shard")
+                    .0
             }
-            let part = &mut self.parts[id as usize];
-            part.current.top = block;
-            if top == NIL {
-                part.current.bottom = block;
-            }
-            block
+            spare => spare,
         };
-        let offset = self.header(block, LEN) as usize;
-        self.set_entry(block, offset, index);
-        self.set_header(block, LEN, offset as u32 + 1);
-        Loc::new(block, offset)
+        let words = &mut self.blocks.get_mut(block).0;
+        words[LIST] = id;
+        words[NEXT] = top;
+        words[PREV] = NIL;
+        words[LEN] = 1;
+        words[EPOCH] = part.epoch;
+        words[HEADER] = index;
+        if top != NIL {
+            self.set_header(top, PREV, block);
+        }
+        let part = &mut self.parts[id as usize];
+        part.current.top = block;
+        if top == NIL {
+            part.current.bottom = block;
+        }
+        Loc::new(block, 0)
     }
 
     /// Moves list `id`'s current chain onto its detached chain, in O(1): a flush then takes
@@ -274,18 +283,19 @@ impl Rings {
             } else {
                 self.set_header(up, NEXT, NIL);
             }
-            self.blocks.give_back(bottom);
+            self.give_back(bottom);
         }
         Some(index)
     }
 
     /// Takes the last entry of block `top`, the top of one of list `id`'s chains, and
     /// returns it; gives the block back if that emptied it.
-    fn pop_top(&mut self, id: u32, top: u32, current: bool) -> u32 {
-        let len = self.header(top, LEN) - 1;
-        let index = self.entry(top, len as usize);
-        self.set_header(top, LEN, len);
+    fn pop_top(&mut self, id: u32, top: u32, current: bool) -> (u32, Loc) {
         let part = self.parts[id as usize];
+        let words = &mut self.blocks.get_mut(top).0;
+        let len = words[LEN] - 1;
+        let index = words[HEADER + len as usize];
+        words[LEN] = len;
         // The detached bottom's entries below `head` are gone already.
         let floor = if !current && top == part.detached.bottom {
             part.head
@@ -293,53 +303,75 @@ impl Rings {
             0
         };
         if len == floor {
-            let next = self.header(top, NEXT);
-            let part = &mut self.parts[id as usize];
-            let chain = if current {
-                &mut part.current
-            } else {
-                &mut part.detached
-            };
-            chain.top = next;
-            if next == NIL {
-                chain.bottom = NIL;
-                if !current {
-                    part.head = 0;
-                }
-            } else {
-                self.set_header(next, PREV, NIL);
-            }
-            self.blocks.give_back(top);
+            self.drop_top(id, top, current);
         }
-        index
+        (index, Loc::new(top, len as usize))
+    }
+
+    /// Takes the emptied block `top` off the top of one of list `id`'s chains.
+    #[cold]
+    fn drop_top(&mut self, id: u32, top: u32, current: bool) {
+        let next = self.header(top, NEXT);
+        let part = &mut self.parts[id as usize];
+        let chain = if current {
+            &mut part.current
+        } else {
+            &mut part.detached
+        };
+        chain.top = next;
+        if next == NIL {
+            chain.bottom = NIL;
+            if !current {
+                part.head = 0;
+            }
+        } else {
+            self.set_header(next, PREV, NIL);
+        }
+        self.give_back(top);
+    }
+
+    /// Gives a block a chain let go of back: as the spare, or to the chunks.
+    fn give_back(&mut self, block: u32) {
+        if self.spare == NIL {
+            self.spare = block;
+        } else {
+            self.blocks.give_back(block);
+        }
     }
 
     /// Takes the entry at `loc` out of its list. The last entry of the same chain moves
     /// into its place: returns that entry's slot and new place, for the caller to record.
     pub(crate) fn remove(&mut self, loc: Loc) -> Option<(u32, Loc)> {
         let block = loc.block();
-        let id = self.header(block, LIST);
+        let (id, epoch) = {
+            let words = &self.blocks.get(block).0;
+            (words[LIST], words[EPOCH])
+        };
         let part = self.parts[id as usize];
-        let current = self.header(block, EPOCH) == part.epoch;
+        let current = epoch == part.epoch;
         let top = if current {
             part.current.top
         } else {
             part.detached.top
         };
-        let last_offset = self.header(top, LEN) as usize - 1;
-        let is_last = top == block && last_offset == loc.offset();
-        let last = self.pop_top(id, top, current);
-        if is_last {
+        let (last, was_at) = self.pop_top(id, top, current);
+        if was_at == loc {
             return None;
         }
-        self.set_entry(block, loc.offset(), last);
+        self.blocks.get_mut(block).0[HEADER + loc.offset()] = last;
         Some((last, loc))
+    }
+
+    /// Returns the entry at `offset` of `block`.
+    fn entry(&self, block: u32, offset: usize) -> u32 {
+        self.blocks.get(block).0[HEADER + offset]
     }
 
     /// Empties every list and moves every block chunk into `out`, for the caller to unmap
     /// with no lock held.
     pub(crate) fn clear(&mut self, out: &mut Vec<super::region::Region<Block>>) {
         self.parts.clear();
+        self.spare = NIL;
         self.blocks.clear(out);
     }
 
@@ -351,6 +383,12 @@ impl Rings {
     /// The bytes of the mapped chunks.
     pub(crate) fn mapped_bytes(&self) -> usize {
         self.blocks.mapped_bytes()
+    }
+
+    /// Returns the number of blocks in chains (the spare not counted).
+    #[cfg(test)]
+    fn blocks_in_use(&self) -> usize {
+        self.blocks.live() - usize::from(self.spare != NIL)
     }
 
     /// Returns the entries of list `id` in this shard, detached ones first, each chain
@@ -437,7 +475,7 @@ mod tests {
         m.rings.detach(3);
         assert_eq!(m.pop(3), Some(1_001));
         assert_eq!(m.pop(3), None);
-        assert_eq!(m.rings.blocks.live(), 0, "every block went back");
+        assert_eq!(m.rings.blocks_in_use(), 0, "every block went back");
     }
 
     #[test]
@@ -478,7 +516,7 @@ mod tests {
         flushed.sort_unstable();
         assert_eq!(flushed, remaining);
         assert_eq!(flushed.len(), 599);
-        assert_eq!(m.rings.blocks.live(), 0);
+        assert_eq!(m.rings.blocks_in_use(), 0);
     }
 
     #[test]
@@ -515,7 +553,7 @@ mod tests {
         for index in live {
             m.remove(index);
         }
-        assert_eq!(m.rings.blocks.live(), 0);
+        assert_eq!(m.rings.blocks_in_use(), 0);
     }
 
     #[test]

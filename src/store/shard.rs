@@ -126,9 +126,10 @@ impl ShardState {
 
     /// Appends the unlisted entry in slot `index` to list `id`.
     pub(crate) fn link(&mut self, id: u32, index: u32) {
-        debug_assert_eq!(self.slots.loc(index), Loc::UNLISTED);
         let loc = self.rings.push(id, index);
-        self.slots.set_loc(index, loc);
+        let slot = self.slots.get_mut(index);
+        debug_assert_eq!(slot.loc(), Loc::UNLISTED);
+        slot.set_loc(loc);
     }
 
     /// Returns the number of entries of list `id` in this shard.
@@ -164,8 +165,9 @@ impl ShardState {
             });
         }
         for entry in &mut entries {
-            entry.expiration_ms = self.slots.expiration_ms(entry.index);
-            self.slots.set_loc(entry.index, Loc::UNLISTED);
+            let slot = self.slots.get_mut(entry.index);
+            entry.expiration_ms = slot.expiration_ms();
+            slot.set_loc(Loc::UNLISTED);
         }
         let count = entries.len();
         for entry in entries.drain(..) {
@@ -197,7 +199,9 @@ impl ShardState {
             return None;
         }
         self.unlink(key.index);
-        self.slots.set_expiration_ms(key.index, expiration_ms);
+        self.slots
+            .get_mut(key.index)
+            .set_expiration_ms(expiration_ms);
         Some(Entry {
             index: key.index,
             expiration_ms,
@@ -206,14 +210,15 @@ impl ShardState {
 
     /// Takes the occupant of slot `index` out of its list, if it is in one.
     fn unlink(&mut self, index: u32) {
-        let loc = self.slots.loc(index);
+        let slot = self.slots.get_mut(index);
+        let loc = slot.loc();
         if loc == Loc::UNLISTED {
             return;
         }
+        slot.set_loc(Loc::UNLISTED);
         if let Some((moved, at)) = self.rings.remove(loc) {
-            self.slots.set_loc(moved, at);
+            self.slots.get_mut(moved).set_loc(at);
         }
-        self.slots.set_loc(index, Loc::UNLISTED);
     }
 
     /// Empties the shard and returns what it held, tasks included, for the caller to drop

@@ -42,7 +42,31 @@ pub(crate) struct Slot {
     link: u32,
 }
 
+impl Slot {
+    /// Returns the occupant's expiration.
+    pub(crate) fn expiration_ms(&self) -> i64 {
+        self.expiration_ms
+    }
+
+    /// Sets the occupant's expiration.
+    pub(crate) fn set_expiration_ms(&mut self, expiration_ms: i64) {
+        self.expiration_ms = expiration_ms;
+    }
+
+    /// Returns where the occupant is listed.
+    pub(crate) fn loc(&self) -> Loc {
+        Loc::from_raw(self.link)
+    }
+
+    /// Records where the occupant is listed.
+    pub(crate) fn set_loc(&mut self, loc: Loc) {
+        self.link = loc.into_raw();
+    }
+}
+
 impl Item for Slot {
+    const CHUNK_SHIFT: u32 = CHUNK_SHIFT;
+    const MAX_CHUNKS: usize = SHARD_SLOTS >> CHUNK_SHIFT;
     fn vacant(next: u32, generation: u32) -> Slot {
         Slot {
             task: None,
@@ -72,10 +96,7 @@ pub(crate) struct Slots(Chunks<Slot>);
 
 impl Slots {
     pub(crate) fn new() -> Slots {
-        Slots(Chunks::new(
-            CHUNK_SHIFT,
-            SHARD_SLOTS >> CHUNK_SHIFT as usize,
-        ))
+        Slots(Chunks::new())
     }
 
     /// Returns the number of occupied slots.
@@ -89,16 +110,15 @@ impl Slots {
     }
 
     /// Stores an occupant, unlisted, and returns its key; gives the task back if no slot
-    /// can be had (the shard is full, or the memory was refused).
+    /// can be had (the shard is full).
     pub(crate) fn insert(
         &mut self,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
     ) -> Result<EntryKey, Box<dyn TimerTask>> {
-        let Some(index) = self.0.take() else {
+        let Some((index, slot)) = self.0.take() else {
             return Err(task);
         };
-        let slot = self.0.get_mut(index);
         // Never wraps: a slot at u32::MAX is retired (see `Item::vacate`).
         slot.generation += 1;
         slot.task = Some(task);
@@ -117,30 +137,15 @@ impl Slots {
             .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
     }
 
-    /// Returns the expiration of the occupant of `index`.
-    pub(crate) fn expiration_ms(&self, index: u32) -> i64 {
-        self.0.get(index).expiration_ms
-    }
-
-    /// Sets the expiration of the occupant of `index`.
-    pub(crate) fn set_expiration_ms(&mut self, index: u32, expiration_ms: i64) {
-        self.0.get_mut(index).expiration_ms = expiration_ms;
-    }
-
-    /// Returns where the occupant of `index` is listed.
-    pub(crate) fn loc(&self, index: u32) -> Loc {
-        Loc::from_raw(self.0.get(index).link)
-    }
-
-    /// Records where the occupant of `index` is listed.
-    pub(crate) fn set_loc(&mut self, index: u32, loc: Loc) {
-        self.0.get_mut(index).link = loc.into_raw();
+    /// Returns the slot `index`, mutably.
+    pub(crate) fn get_mut(&mut self, index: u32) -> &mut Slot {
+        self.0.get_mut(index)
     }
 
     /// Empties the occupied slot `index` and returns its task. The caller has unlisted it.
     pub(crate) fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
         let slot = self.0.get_mut(index);
-        debug_assert_eq!(Loc::from_raw(slot.link), Loc::UNLISTED);
+        debug_assert_eq!(slot.loc(), Loc::UNLISTED);
         let task = slot.task.take().expect("vacating a vacant slot");
         slot.link = NIL;
         self.0.give_back(index);

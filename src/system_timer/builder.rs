@@ -31,6 +31,8 @@ pub struct SystemTimerBuilder {
     wheel_size: usize,
     start_ms: Option<i64>,
     time: Arc<dyn Time>,
+    /// False once `time` was given: only the default is known to be the system clock.
+    system_clock: bool,
     chunking: Chunking,
     max_pending: Option<usize>,
     executor_threads: usize,
@@ -46,6 +48,7 @@ impl SystemTimerBuilder {
             wheel_size: 20,
             start_ms: None,
             time: Arc::new(SystemClock),
+            system_clock: true,
             chunking: Chunking::DEFAULT,
             max_pending: None,
             executor_threads: 1,
@@ -140,6 +143,7 @@ impl SystemTimerBuilder {
     /// Sets the clock the timer runs on (default [`SystemClock`]).
     pub fn time(mut self, time: impl Time + 'static) -> Self {
         self.time = Arc::new(time);
+        self.system_clock = false;
         self
     }
 
@@ -189,6 +193,7 @@ impl SystemTimerBuilder {
             ),
             executor_name: self.executor_name,
             time: self.time,
+            system_clock: self.system_clock,
             delay_queue,
             timing_wheel: EntryStore::new(
                 timing_wheel,

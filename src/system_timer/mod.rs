@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::rt::executor::Executor;
-use crate::store::{Entry, EntryStore, ReadGuard, Released, ShardState, thread_hint};
+use crate::store::{Entry, EntryKey, EntryStore, ReadGuard, Released, ShardState, thread_hint};
 use crate::time::hi_res_clock_ms_ceil;
 use crate::wheel::{BucketQueue, TimingWheel};
-use crate::{AddError, Time, Timer, TimerTask, TimerTaskEntry};
+use crate::{AddError, SystemClock, Time, Timer, TimerTask, TimerTaskEntry};
 
 pub use builder::SystemTimerBuilder;
 use flush::Flusher;
@@ -87,6 +87,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 pub struct SystemTimer {
     executor_name: String,
     time: Arc<dyn Time>,
+    /// True if `time` is the system clock, read the fast way by `add`.
+    system_clock: bool,
     /// Lists by due time. Has its own lock.
     delay_queue: Arc<BucketQueue>,
     /// The wheel, behind Kafka's reader-writer lock, whose stripes are the shards of the
@@ -292,52 +294,69 @@ impl SystemTimer {
             read.parts().1.counts.refused += 1;
             return Err(AddError::Closed(task));
         }
-        let mut expired = Vec::new();
         if delay_ms <= 0 {
             // Already expired, whatever the wheel's clock says (see "Differences").
             let counts = &mut read.parts().1.counts;
             counts.added += 1;
             counts.expired += 1;
-            expired.push(task);
-        } else {
-            if !self.reserve_pending() {
-                read.parts().1.counts.refused += 1;
-                return Err(AddError::Full(task));
-            }
-            if read.parts().1.is_full() {
-                match self.stripe_with_room() {
-                    Some(other) => read = other,
-                    None => {
-                        self.unreserve_pending();
-                        read.parts().1.counts.refused += 1;
-                        return Err(AddError::Full(task));
-                    }
-                }
-            }
-            let (wheel, shard) = read.parts();
-            let key = match shard.insert(task, expiration_ms) {
-                Ok(key) => key,
-                Err(task) => {
-                    self.unreserve_pending();
-                    shard.counts.refused += 1;
-                    return Err(AddError::Full(task));
-                }
-            };
-            shard.counts.added += 1;
-            let entry = Entry {
-                index: key.index,
-                expiration_ms,
-            };
-            add_timer_task_entry(wheel, shard, entry, &mut expired);
-            if expired.is_empty() {
-                return Ok(TimerTaskEntry::pending(read.shard(), key, expiration_ms));
-            }
-            read.publish_len();
+            // Still under the read lock, so a concurrent `close` waits for this hand-over
+            // and then for the task.
+            self.executor.submit_batch(vec![task]);
+            return Ok(TimerTaskEntry::expired(expiration_ms));
         }
-        // Still under the read lock, so a concurrent `close` waits for this hand-over and
-        // then for the task.
+        if !self.reserve_pending() {
+            read.parts().1.counts.refused += 1;
+            return Err(AddError::Full(task));
+        }
+        match read.parts().1.insert(task, expiration_ms) {
+            Ok(key) => Ok(self.place(read, key, expiration_ms)),
+            Err(task) => self.insert_elsewhere(read, task, expiration_ms),
+        }
+    }
+
+    /// Puts the entry just stored under `key` in `read`'s shard into the wheel, or, if the
+    /// wheel says it is due (within a tick coarser than 1 ms), hands it to the executor.
+    fn place(
+        &self,
+        mut read: ReadGuard<'_, TimingWheel>,
+        key: EntryKey,
+        expiration_ms: i64,
+    ) -> TimerTaskEntry {
+        let (wheel, shard) = read.parts();
+        shard.counts.added += 1;
+        let mut expired = Vec::new();
+        let entry = Entry {
+            index: key.index,
+            expiration_ms,
+        };
+        add_timer_task_entry(wheel, shard, entry, &mut expired);
+        if expired.is_empty() {
+            return TimerTaskEntry::pending(read.shard(), key, expiration_ms);
+        }
+        read.publish_len();
         self.executor.submit_batch(expired);
-        Ok(TimerTaskEntry::expired(expiration_ms))
+        TimerTaskEntry::expired(expiration_ms)
+    }
+
+    /// `insert` for a task whose thread's shard is full: into another shard with room, or
+    /// refused. `own` is the full shard, locked.
+    #[cold]
+    fn insert_elsewhere(
+        &self,
+        mut own: ReadGuard<'_, TimingWheel>,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> Result<TimerTaskEntry, AddError> {
+        let Some(mut read) = self.stripe_with_room() else {
+            self.unreserve_pending();
+            own.parts().1.counts.refused += 1;
+            return Err(AddError::Full(task));
+        };
+        drop(own);
+        let Ok(key) = read.parts().1.insert(task, expiration_ms) else {
+            unreachable!("a shard with room took no entry")
+        };
+        Ok(self.place(read, key, expiration_ms))
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if
@@ -363,7 +382,12 @@ impl SystemTimer {
     /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
     /// "Differences from Kafka").
     fn expiration_after(&self, delay_ms: i64) -> i64 {
-        hi_res_clock_ms_ceil(&*self.time).saturating_add(delay_ms)
+        let now_ms = if self.system_clock {
+            SystemClock::ms_ceil()
+        } else {
+            hi_res_clock_ms_ceil(&*self.time)
+        };
+        now_ms.saturating_add(delay_ms)
     }
 }
 

@@ -143,8 +143,14 @@ impl Geometry {
     }
 
     /// Returns the list an entry expiring at `expiration_ms` belongs to at `level`.
+    #[cfg(test)]
     pub(crate) fn list_for(&self, level: usize, expiration_ms: i64) -> ListFor {
-        let shape = &self.levels[level];
+        self.list_at(&self.levels[level], expiration_ms)
+    }
+
+    /// Returns the list an entry expiring at `expiration_ms` belongs to at the level of
+    /// shape `shape` (one of this geometry's).
+    pub(super) fn list_at(&self, shape: &LevelShape, expiration_ms: i64) -> ListFor {
         // The bucket's range starts within one tick below the expiration.
         let (bucket, start_ms) = match shape.since_epoch(expiration_ms) {
             // Two multiplications instead of two divisions (see `Divisor`).

@@ -93,10 +93,16 @@ pub(crate) type BucketQueue = DelayQueue<Arc<TimerTaskList>>;
 /// One level of the hierarchy, owning the levels above it.
 pub(crate) struct TimingWheel {
     level: usize,
+    /// Nothing can be above this level: the last level the geometry has.
+    last: bool,
     shape: LevelShape,
     geometry: Arc<Geometry>,
     /// Written only under the write lock; read under a read lock.
     current_time_ms: AtomicI64,
+    /// `current_time_ms + interval_ms`, saturating: entries expiring before it belong to
+    /// this level, and a level whose limit is `i64::MAX` keeps every later one too (its
+    /// range reaches the end of time). Written with `current_time_ms`.
+    limit_ms: AtomicI64,
     /// This level's lists, by `id - shape.first_list`.
     lists: Box<[Arc<TimerTaskList>]>,
     queue: Arc<BucketQueue>,
@@ -129,10 +135,15 @@ impl TimingWheel {
                 Arc::new(TimerTaskList::new(shape.first_list + i, slack_ms))
             })
             .collect();
+        let current_time_ms = round_down(start_ms, shape.tick_ms);
         TimingWheel {
+            last: geometry.wheel_size == 1
+                || level + 1 == geometry.level_count()
+                || shape.interval_ms == i64::MAX,
             level,
             shape,
-            current_time_ms: AtomicI64::new(round_down(start_ms, shape.tick_ms)),
+            current_time_ms: AtomicI64::new(current_time_ms),
+            limit_ms: AtomicI64::new(current_time_ms.saturating_add(shape.interval_ms)),
             geometry,
             lists,
             queue,
@@ -151,17 +162,6 @@ impl TimingWheel {
         })
     }
 
-    /// True if this level keeps every entry past its own range (nothing above it).
-    fn is_top(&self) -> bool {
-        self.geometry.wheel_size == 1
-            || self.level + 1 == self.geometry.level_count()
-            || self.shape.interval_ms == i64::MAX
-            || self
-                .current_time_ms()
-                .saturating_add(self.shape.interval_ms)
-                == i64::MAX
-    }
-
     /// Puts `entry`, unlisted in `shard`, into its list, at this level or above. Returns
     /// false, touching nothing, if it is already expired: due before `current_time_ms +
     /// tick_ms`. The caller holds a read lock whose stripe is `shard`.
@@ -174,16 +174,17 @@ impl TimingWheel {
             index,
             expiration_ms,
         } = entry;
+        // Kafka asks every level whether the entry is expired. Only the lowest can say yes:
+        // a level's time is at or below the lowest one's, by less than its own tick, so an
+        // entry past the lowest level's range is past every higher level's current tick.
+        if before_next_tick(expiration_ms, self.current_time_ms(), self.shape.tick_ms) {
+            return false;
+        }
         // Kafka recurses into the overflow wheel; this walks up the same chain.
         let mut wheel = self;
         loop {
-            let current_time_ms = wheel.current_time_ms();
-            if before_next_tick(expiration_ms, current_time_ms, wheel.shape.tick_ms) {
-                return false;
-            }
-            if before_next_tick(expiration_ms, current_time_ms, wheel.shape.interval_ms)
-                || wheel.is_top()
-            {
+            let limit_ms = wheel.limit_ms.load(Ordering::Relaxed);
+            if expiration_ms < limit_ms || wheel.last || limit_ms == i64::MAX {
                 wheel.add_to_list(shard, index, expiration_ms);
                 return true;
             }
@@ -194,7 +195,7 @@ impl TimingWheel {
     /// Appends the entry to this level's list for `expiration_ms`, and offers the list to
     /// the delay queue if its expiration changed.
     fn add_to_list(&self, shard: &mut ShardState, index: u32, expiration_ms: i64) {
-        let at = self.geometry.list_for(self.level, expiration_ms);
+        let at = self.geometry.list_at(&self.shape, expiration_ms);
         shard.link(at.id, index);
         let list = &self.lists[(at.id - self.shape.first_list) as usize];
         if list.set_expiration(at.due_ms) {
@@ -214,9 +215,18 @@ impl TimingWheel {
                 break;
             }
             time_ms = round_down(time_ms, wheel.shape.tick_ms);
-            wheel.current_time_ms.store(time_ms, Ordering::Relaxed);
+            wheel.set_current_time_ms(time_ms);
             level = wheel.overflow_wheel.get().map(|overflow| &**overflow);
         }
+    }
+
+    /// Moves this level's current time (under the write lock, or at creation).
+    fn set_current_time_ms(&self, time_ms: i64) {
+        self.current_time_ms.store(time_ms, Ordering::Relaxed);
+        self.limit_ms.store(
+            time_ms.saturating_add(self.shape.interval_ms),
+            Ordering::Relaxed,
+        );
     }
 
     /// Returns this level's tick.
