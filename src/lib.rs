@@ -132,11 +132,10 @@
 
 mod delay;
 mod delay_queue;
-mod delayed_operation;
-mod delayed_operation_purgatory;
 mod entry_store;
 mod executor;
 mod mock_timer;
+mod purgatory;
 mod reclaim;
 mod sharded_rw_lock;
 mod system_timer;
@@ -150,11 +149,10 @@ mod timing_wheel;
 
 pub use crossbeam_channel;
 pub use delay::IntoDelayMs;
-pub use delayed_operation::{Delayed, DelayedOperation};
-pub use delayed_operation_purgatory::{
-    DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
-};
 pub use mock_timer::{MockTime, MockTimer};
+pub use purgatory::{
+    Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
+};
 pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
 pub use system_timer_reaper::SystemTimerReaper;
 pub use time::{SystemClock, Time, hi_res_clock_ms};

@@ -41,7 +41,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
-use crate::{TimerTask, TimerTaskEntry};
+use crate::timer_task::TimerTask;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Kafka's `DelayedOperation`, the user's side: implement it for your operation.
 ///
