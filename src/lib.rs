@@ -134,6 +134,7 @@ mod delay;
 mod delay_queue;
 mod entry_store;
 mod executor;
+mod metrics;
 mod mock_timer;
 mod purgatory;
 mod reclaim;

@@ -138,6 +138,8 @@ pub struct SystemTimer {
     /// The bound of [`SystemTimerBuilder::max_pending`], with the exact count of pending
     /// entries it is checked against (kept by the store).
     max_pending: Option<(usize, Arc<AtomicUsize>)>,
+    /// Its gauge and counters (the `metrics` feature; empty without it).
+    metrics: crate::metrics::TimerMetrics,
 }
 
 /// What a [`SystemTimer`] did since it was built: see [`SystemTimer::stats`].
@@ -546,6 +548,7 @@ impl Timer for SystemTimer {
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
+        let _metrics = self.metrics.record_on_return(|| self.stats());
         if self.is_closed() {
             return false;
         }
@@ -652,6 +655,7 @@ impl SystemTimer {
             );
         }
         self.executor.shut_down(left == 0);
+        self.metrics.record(&self.stats());
         cleared
     }
 }
@@ -827,6 +831,7 @@ impl SystemTimerBuilder {
             .max_pending
             .map(|max| (max, Arc::new(AtomicUsize::new(0))));
         SystemTimer {
+            metrics: crate::metrics::TimerMetrics::new(&self.executor_name),
             executor: Executor::new(
                 &format!("executor-{}", self.executor_name),
                 self.executor_threads,

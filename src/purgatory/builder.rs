@@ -5,12 +5,13 @@ use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
-use super::operation::DelayedOperation;
+use super::operation::{DelayedOperation, ExpiredCount};
 use super::watch::WatchLists;
 use super::{DelayedOperationPurgatory, Inner};
+use crate::metrics::PurgatoryMetrics;
 use crate::system_timer::SystemTimer;
 use crate::system_timer_reaper::ReaperThread;
 use crate::timer::Timer;
@@ -345,6 +346,11 @@ where
         let inner = Arc::new(Inner {
             watch_lists: WatchLists::new(),
             purged_operations: AtomicUsize::new(0),
+            expired: ExpiredCount::new(),
+            shut_down: AtomicBool::new(false),
+            warned_closed: AtomicBool::new(false),
+            warned_full: AtomicBool::new(false),
+            metrics: PurgatoryMetrics::new(&self.purgatory_name),
             purgatory_name: self.purgatory_name,
             broker_id: self.broker_id,
             timer,

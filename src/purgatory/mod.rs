@@ -33,10 +33,11 @@
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
 use crate::system_timer_reaper::ReaperThread;
-use crate::timer::Timer;
+use crate::timer::{AddError, Timer};
 
 mod builder;
 mod operation;
@@ -45,7 +46,7 @@ mod watch;
 pub use builder::DelayedOperationPurgatoryBuilder;
 pub use operation::{Delayed, DelayedOperation};
 
-use operation::Expiry;
+use operation::{ExpiredCount, Expiry};
 use watch::WatchLists;
 
 /// Kafka's `DelayedOperationPurgatory`: keeps operations that wait for a condition or a
@@ -114,13 +115,20 @@ use watch::WatchLists;
 ///
 /// # Differences from Kafka
 ///
-/// - `on_complete` runs exactly once per operation under any race (see [`Delayed`]);
-///   Kafka's check-then-set can run it twice.
-/// - An operation completed before its timeout has its timer entry cancelled inside the
-///   completing call, and the timer's task freed at once.
+/// Compared with Kafka's purgatory as read on 2026-11-22 (`server-common`,
+/// `org.apache.kafka.server.purgatory`, Kafka 4.x); the operation's locking follows Kafka
+/// 4.1+ (KAFKA-19312), see [`Delayed`]. As in every Kafka version, `on_complete` runs
+/// exactly once per operation, and an operation completed before its timeout has its timer
+/// entry cancelled (unlinked at once) by the completing call; here the timer's task is also
+/// dropped inside that call.
+///
 /// - [`shutdown`](Self::shutdown) closes the timer before joining the reaper, which wakes
 ///   the reaper's poll; Kafka adds a no-op task for that. It is idempotent, and runs on
 ///   drop.
+/// - An operation handed to the purgatory after `shutdown`, or whose timeout the timer
+///   refuses (closed, or full), is completed at once as expired; in Kafka it is watched
+///   and its timeout added to the closed timer, which never runs it (or, if already due,
+///   the add throws `RejectedExecutionException`), so it is never answered.
 /// - A panic in an operation's callbacks on the reaper thread is caught and logged, and
 ///   the reaper goes on; Kafka's reaper thread would end.
 /// - [`cancel_for_key`](Self::cancel_for_key) returns only the operations not completed.
@@ -143,6 +151,17 @@ struct Inner<K, Op> {
     /// Kafka's `estimatedTotalOperations` is that sum minus this. Written only by
     /// `advance_clock`, never on the hot path.
     purged_operations: AtomicUsize,
+    /// Operations completed by expiring (`expired_count`).
+    expired: ExpiredCount,
+    /// Set by `shutdown`, before the timer is closed: from then on an operation handed to
+    /// `try_complete_else_watch` is answered at once.
+    shut_down: AtomicBool,
+    /// Whether the one warning about operations answered at once because the timer was
+    /// closed (or, for `warned_full`, full) was logged.
+    warned_closed: AtomicBool,
+    warned_full: AtomicBool,
+    /// Its gauges and counter (the `metrics` feature; empty without it).
+    metrics: PurgatoryMetrics,
 }
 
 impl<K, Op> DelayedOperationPurgatory<K, Op>
@@ -159,6 +178,15 @@ where
     /// meanwhile), then `try_complete` once more. Then, without the lock, unless it
     /// completed: its timeout goes to the timer (if the timer is enabled), and is cancelled
     /// again at once if the operation completed in the meantime.
+    ///
+    /// An operation is never left unanswered. Once the purgatory is
+    /// [shut down](Self::shutdown), it is not watched: unless `try_complete` completes it
+    /// (this returns true), it is completed at once as expired — `on_complete`, then
+    /// `on_expiration`, on this thread — and this returns false. The same happens to an
+    /// operation whose timeout the timer refuses: closed meanwhile (by a concurrent
+    /// `shutdown`, or by another owner of a shared timer), or full
+    /// ([`SystemTimerBuilder::max_pending`](crate::SystemTimerBuilder::max_pending)). Each
+    /// of the two causes is logged once per purgatory with `log::warn!`.
     ///
     /// # Examples
     ///
@@ -187,10 +215,37 @@ where
     /// assert_eq!(purgatory.num_delayed(), 1, "one timeout per operation");
     /// ```
     ///
+    /// After shutdown:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    ///
+    /// #[derive(Default)]
+    /// struct Op(AtomicUsize);
+    /// impl DelayedOperation for Op {
+    ///     fn delay_ms(&self) -> i64 { 500 }
+    ///     fn try_complete(&self) -> bool { false }
+    ///     fn on_complete(&self) {}
+    ///     fn on_expiration(&self) { self.0.fetch_add(1, Ordering::SeqCst); }
+    /// }
+    ///
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(MockTimer::new())
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// purgatory.shutdown();
+    /// let late = Delayed::new(Op::default());
+    /// assert!(!purgatory.try_complete_else_watch(&late, &[1]));
+    /// assert!(late.is_completed(), "answered at once, as expired");
+    /// assert_eq!(late.operation().0.load(Ordering::SeqCst), 1);
+    /// ```
+    ///
     /// # Panics
     ///
     /// Panics if `watch_keys` is empty. A panic in the operation's `try_complete` or
-    /// `on_complete` propagates to the caller; the purgatory stays usable.
+    /// `on_complete` propagates to the caller; the purgatory stays usable. (After shutdown, so
+    /// does a panic in `on_expiration`.)
     #[track_caller]
     pub fn try_complete_else_watch(&self, operation: &Delayed<Op>, watch_keys: &[K]) -> bool {
         assert!(
@@ -199,6 +254,14 @@ where
              (an operation watched under no key could only expire)"
         );
         let inner = &*self.inner;
+        if inner.shut_down.load(Ordering::Acquire) {
+            // Nothing would ever answer it: answer it now.
+            if operation.try_complete() {
+                return true;
+            }
+            inner.expire_at_once(operation, TimerRefusal::Closed);
+            return false;
+        }
         {
             let _locked = operation.lock();
             if operation.try_complete_locked() {
@@ -218,8 +281,16 @@ where
             }
         }
         if inner.timer_enabled && !operation.is_completed() {
-            let entry = inner.timer.add(Expiry::task(operation.clone()));
-            operation.set_timeout(entry);
+            match inner
+                .timer
+                .try_add(Expiry::task(operation.clone(), &inner.expired))
+            {
+                Ok(entry) => operation.set_timeout(entry),
+                // Closed meanwhile (or by its other owner), or full: without a timeout the
+                // operation might never be answered.
+                Err(AddError::Closed(_)) => inner.expire_at_once(operation, TimerRefusal::Closed),
+                Err(AddError::Full(_)) => inner.expire_at_once(operation, TimerRefusal::Full),
+            }
         }
         false
     }
@@ -349,6 +420,43 @@ where
         self.inner.timer.size()
     }
 
+    /// Returns the number of operations completed by expiring since the purgatory was built
+    /// (Kafka's operations count these in their `ExpiresPerSec` meters): those whose
+    /// timeout ran before anything else completed them, and those answered as expired at
+    /// once because the purgatory was shut down or its timer refused the timeout (see
+    /// [`try_complete_else_watch`](Self::try_complete_else_watch)).
+    ///
+    /// Counted just before the operation's `on_expiration` runs. With a
+    /// [`SystemTimer`](crate::SystemTimer), expiries run on the timer's executor thread, so
+    /// the count can trail `advance_clock` by the expiries still on their way there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(MockTimer::new())
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// let (acked, late) = (Delayed::new(Op), Delayed::new(Op));
+    /// purgatory.try_complete_else_watch(&acked, &[1]);
+    /// purgatory.try_complete_else_watch(&late, &[2]);
+    /// acked.force_complete(); // completed, not expired
+    /// purgatory.advance_clock(500); // `late` expires
+    /// assert_eq!(purgatory.expired_count(), 1);
+    /// ```
+    pub fn expired_count(&self) -> u64 {
+        self.inner.expired.total()
+    }
+
     /// Stops watching `key`, and returns the operations that were watched under it and
     /// had not completed, with their timeouts cancelled. They are not completed, and they
     /// stay watched under their other keys.
@@ -395,7 +503,8 @@ where
     /// The reaper's step: advances the timer (waiting up to `timeout_ms` for a timeout to
     /// expire, and running or handing over the expired ones), then purges completed
     /// operations from the watch lists once more than the purge interval of them may be
-    /// there. Returns what the timer's `advance_clock` returned.
+    /// there. Returns what the timer's `advance_clock` returned. With the `metrics` feature, it
+    /// then reports the purgatory's gauges and counter.
     ///
     /// Call it yourself when the reaper is disabled.
     ///
@@ -445,6 +554,10 @@ where
     /// reaper has ended; a call on the reaper thread itself (from an operation's callback)
     /// does not wait for it.
     ///
+    /// Operations handed to [`try_complete_else_watch`](Self::try_complete_else_watch)
+    /// afterwards are answered at once (see there). With the `metrics` feature, the
+    /// purgatory's gauges and counter report their last values here.
+    ///
     /// # Examples
     ///
     /// ```
@@ -468,6 +581,7 @@ where
 impl<K, Op> DelayedOperationPurgatory<K, Op> {
     /// [`shutdown`](Self::shutdown), for `Drop` too.
     fn stop(&self) {
+        self.inner.shut_down.store(true, Ordering::Release);
         if let Some(reaper) = &self.reaper {
             reaper.request_stop();
         }
@@ -476,6 +590,7 @@ impl<K, Op> DelayedOperationPurgatory<K, Op> {
         if let Some(reaper) = &self.reaper {
             reaper.join();
         }
+        self.inner.record_metrics();
     }
 }
 
@@ -506,8 +621,44 @@ where
                 self.purgatory_name
             );
         }
+        self.record_metrics();
         flushed
     }
+
+    /// Answers `operation` now, as expired, because the timer refused its timeout; warns
+    /// once per purgatory and reason.
+    fn expire_at_once(&self, operation: &Delayed<Op>, refusal: TimerRefusal) {
+        let (warned, why) = match refusal {
+            TimerRefusal::Closed => (&self.warned_closed, "is shut down (or its timer closed)"),
+            TimerRefusal::Full => (&self.warned_full, "has a full timer"),
+        };
+        if !warned.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "purgatory {} {why}: operations handed to it are completed at once as \
+                 expired (warned once)",
+                self.purgatory_name
+            );
+        }
+        operation.expire(self.expired.stripe_of(operation).counter());
+    }
+}
+
+impl<K, Op> Inner<K, Op> {
+    /// Reports the gauges and the counter (nothing without the `metrics` feature).
+    fn record_metrics(&self) {
+        self.metrics.record(|| PurgatoryReading {
+            watched: self.watch_lists.watched(),
+            num_delayed: self.timer.size(),
+            expired: self.expired.total(),
+        });
+    }
+}
+
+/// Why the timer did not take an operation's timeout.
+#[derive(Clone, Copy, Debug)]
+enum TimerRefusal {
+    Closed,
+    Full,
 }
 
 impl<K, Op> Drop for DelayedOperationPurgatory<K, Op> {

@@ -52,6 +52,26 @@ pub(super) struct WatchLists<K, Op> {
     shard_seed: u64,
 }
 
+impl<K, Op> WatchLists<K, Op> {
+    /// Returns the number of watch-list entries, completed operations not yet purged
+    /// included. Takes each shard's lock in turn.
+    pub(super) fn watched(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lists.lock().watched)
+            .sum()
+    }
+
+    /// Operations ever watched, each counted once (Kafka's `estimatedTotalOperations` before
+    /// any purge): 512 relaxed loads.
+    pub(super) fn operations_ever(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.operations.load(Ordering::Relaxed))
+            .fold(0, usize::wrapping_add)
+    }
+}
+
 /// One shard of the watch lists (Kafka's `WatcherList`), on cache lines of its own so that
 /// threads on neighbouring shards do not contend.
 #[repr(align(128))]
@@ -143,24 +163,6 @@ where
             removed.clear();
         }
         purged
-    }
-
-    /// Returns the number of watch-list entries, completed operations not yet purged
-    /// included. Takes each shard's lock in turn.
-    pub(super) fn watched(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.lists.lock().watched)
-            .sum()
-    }
-
-    /// Operations ever watched, each counted once (Kafka's `estimatedTotalOperations` before
-    /// any purge): 512 relaxed loads.
-    pub(super) fn operations_ever(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.operations.load(Ordering::Relaxed))
-            .fold(0, usize::wrapping_add)
     }
 
     /// Stops watching `key`: removes its list, and returns the operations that were in it.
