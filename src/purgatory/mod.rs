@@ -640,6 +640,8 @@ where
             );
         }
         operation.expire(self.expired.stripe_of(operation).counter());
+        // Rare, and after shutdown there is no later step to report it.
+        self.record_metrics();
     }
 }
 
