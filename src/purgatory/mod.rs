@@ -2,6 +2,13 @@
 //! time out. The operation's side is in `operation.rs`, the watch lists in `watch.rs`, the
 //! constructors and the builder in `builder.rs`.
 //!
+//! Which Kafka each part follows: the purgatory, its watch lists, purge and reaper as read
+//! on 2026-11-22 (`server-common`'s `org.apache.kafka.server.purgatory`, Kafka 4.x trunk);
+//! the operation's completion and locking as in Kafka 4.1+ (KAFKA-19312,
+//! apache/kafka#19759; see `operation.rs`); the timer underneath as in Kafka 3.9.0,
+//! unchanged in 4.3. `docs/design.md` ("Where it deviates from Kafka") lists every
+//! difference with the version it was read from.
+//!
 //! # Ground rules
 //!
 //! - **Watch lists.** 512 shards of key → operations, each behind its own mutex; no user
@@ -59,8 +66,9 @@ use watch::WatchLists;
 /// watched under that key that can now complete. An operation that is not completed in
 /// time expires: the timer runs its `on_complete`, then its `on_expiration`.
 ///
-/// [`new`](Self::new) gives Kafka's defaults: its own [`SystemTimer`] and an expiration
-/// reaper thread that drives it and purges completed operations from the watch lists.
+/// [`new`](Self::new) gives Kafka's defaults: its own [`SystemTimer`](crate::SystemTimer)
+/// and an expiration reaper thread that drives it and purges completed operations from the
+/// watch lists.
 /// [`builder`](Self::builder) sets everything else. Share a purgatory between threads by
 /// reference or `Arc`; it is `Send + Sync`. Dropping it shuts it down.
 ///

@@ -155,15 +155,17 @@ pub trait DelayedOperation: Send + Sync + 'static {
 /// assert_eq!(op.operation().completions.load(Ordering::SeqCst), 1);
 /// ```
 ///
-/// # Kafka versions
+/// # Differences from Kafka
 ///
-/// The completion follows Kafka 4.1 and later (KAFKA-19312): `force_complete` checks
-/// `completed`, takes the operation's lock, checks again and completes, so `on_complete`
-/// never overlaps a `try_complete` in progress; the expiry runs `on_expiration` after the
-/// lock is released. (Kafka up to 4.0 set `completed` with `compareAndSet` and took no lock
-/// in `forceComplete`; in no version can `onComplete` run twice.) Completion cancels the
-/// timeout by its handle, which unlinks the timer's entry at once, as Kafka's `cancel()`
-/// does, and here also frees the task (the operation) inside the call.
+/// None in how it completes: that follows Kafka 4.1 and later (KAFKA-19312),
+/// where `forceComplete` checks `completed`, takes the operation's lock, checks again and
+/// completes, so `onComplete` never overlaps a `tryComplete` in progress, and the expiry
+/// runs `onExpiration` after the lock is released. (Kafka up to 4.0 set `completed` with
+/// `compareAndSet` and took no lock in `forceComplete`; in no version can `onComplete` run
+/// twice.) Completion cancels the timeout by its handle, which unlinks the timer's entry at
+/// once, as Kafka's `cancel()` does; here the timer's task, and with it the timer's
+/// reference to the operation, is also dropped inside the call, where Kafka leaves it to
+/// the garbage collector.
 pub struct Delayed<Op> {
     shared: Arc<Shared<Op>>,
 }
@@ -302,7 +304,9 @@ impl<Op: DelayedOperation> Delayed<Op> {
 
     /// Under the operation's lock: unless it has completed, asks the user's
     /// [`try_complete`](DelayedOperation::try_complete) and completes the operation if that
-    /// says so. Returns true iff this call completed it (Kafka's `safeTryComplete`).
+    /// says so. Returns true iff this call completed it (Kafka's `safeTryComplete`): the
+    /// user's check said yes, and the operation completed, by that answer or by a
+    /// `force_complete` the check made itself.
     ///
     /// Waits for the lock if another thread holds it, so a check made after the operation
     /// became completable is never skipped.
