@@ -654,6 +654,16 @@ fn an_operation_whose_timeout_a_full_timer_refuses_is_completed_at_once_as_expir
     }
     assert!(!first.is_completed());
     assert_eq!(purgatory.expired_count(), 2);
+    // Watched again under another key, the first one's new timeout is refused too: it is
+    // answered, and its earlier timeout cancelled.
+    assert!(!purgatory.try_complete_else_watch(&first, &[2]));
+    assert!(first.is_completed());
+    assert_eq!(
+        purgatory.num_delayed(),
+        0,
+        "its earlier timeout was cancelled"
+    );
+    assert_eq!(purgatory.expired_count(), 3);
     let warned = logger::warnings_containing("purgatory full-timer has a full timer");
     assert_eq!(warned.len(), 1, "{warned:?}");
 }

@@ -647,7 +647,7 @@ where
                 self.purgatory_name
             );
         }
-        operation.expire(self.expired.stripe_of(operation).counter());
+        operation.expire_now(self.expired.stripe_of(operation).counter());
         // Rare, and after shutdown there is no later step to report it.
         self.record_metrics();
     }

@@ -406,14 +406,24 @@ impl<Op: DelayedOperation> Delayed<Op> {
             .is_ok()
     }
 
-    /// The expiry (Kafka's `DelayedOperation.run`, `if (forceComplete()) onExpiration()`):
-    /// completes the operation unless it already completed, and then counts it in
-    /// `expired` and, with the lock released, runs `on_expiration`. True iff it completed
-    /// the operation.
+    /// The expiry (Kafka's `DelayedOperation.run`, `if (forceComplete()) onExpiration()`),
+    /// run by the operation's timeout task: completes the operation unless it already
+    /// completed, and then counts it in `expired` and, with the lock released, runs
+    /// `on_expiration`. True iff it completed the operation.
     pub(crate) fn expire(&self, expired: &AtomicU64) -> bool {
-        // The caller is this operation's timeout task, or there is none: its handle
-        // cancels nothing, it is only let go.
-        let completed = self.force_complete_then(Self::let_go_of_timeout);
+        // The timeout's handle is this very task's: it cancels nothing, it is only let go.
+        self.expire_then(Self::let_go_of_timeout, expired)
+    }
+
+    /// [`expire`](Self::expire), now, for an operation whose timeout the timer did not
+    /// take: a timeout left from an earlier watch is cancelled.
+    pub(crate) fn expire_now(&self, expired: &AtomicU64) -> bool {
+        self.expire_then(Self::cancel_timeout, expired)
+    }
+
+    /// `if (forceComplete()) onExpiration()`, counting the expiry in `expired`.
+    fn expire_then(&self, release_timeout: fn(&Self) -> bool, expired: &AtomicU64) -> bool {
+        let completed = self.force_complete_then(release_timeout);
         if completed {
             expired.fetch_add(1, Ordering::Relaxed);
             self.shared.operation.on_expiration();
