@@ -3,7 +3,8 @@
 
 Reads `cargo metadata` (the locked dependency graph) and compares the crate's declared
 `rust-version` with the highest `rust-version` among the packages a dependent builds: the
-crate's normal and build dependencies, transitively, for every target platform.
+crate's normal and build dependencies, transitively, for every target platform, with every
+feature on (an optional dependency such as `metrics` is built by the users who enable it).
 Dev-dependencies (test and bench tools) are listed for information only: a user of the
 library never builds them.
 
@@ -28,7 +29,7 @@ def version_key(version):
 def main():
     metadata = json.loads(
         subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--locked"],
+            ["cargo", "metadata", "--format-version", "1", "--locked", "--all-features"],
             check=True,
             capture_output=True,
             text=True,

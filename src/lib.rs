@@ -85,7 +85,37 @@
 //! ```
 //!
 //! `on_complete` runs exactly once per operation, whatever races; see
-//! [`DelayedOperationPurgatory`] and `docs/design.md`.
+//! [`DelayedOperationPurgatory`] and `docs/design.md`. The operation's locking follows
+//! Kafka 4.1+ (KAFKA-19312): [`Delayed::force_complete`] takes the operation's re-entrant
+//! lock, so `on_complete` never overlaps a `try_complete` in progress on another thread,
+//! and an expired operation's `on_expiration` runs after that lock is released.
+//!
+//! # Metrics
+//!
+//! With the cargo feature `metrics` (off by default; it adds the
+//! [`metrics`](https://docs.rs/metrics) facade crate as a dependency), timers and purgatories
+//! report through whatever recorder the application installed (Prometheus, StatsD, ...),
+//! under the names of Kafka's registry in the facade's style:
+//!
+//! - every [`SystemTimer`], labelled `timer = <executor name>`: gauge `timer_pending` and
+//!   counters `timer_added_total`, `timer_expired_total`, `timer_cancelled_total` (its
+//!   [`stats`](SystemTimer::stats)), after each `advance_clock` and at `close`;
+//! - every [`DelayedOperationPurgatory`], labelled `delayed_operation = <purgatory name>`:
+//!   gauges `purgatory_size` ([`watched`](DelayedOperationPurgatory::watched), Kafka's
+//!   `PurgatorySize`) and `purgatory_num_delayed_operations`
+//!   ([`num_delayed`](DelayedOperationPurgatory::num_delayed), `NumDelayedOperations`), and
+//!   counter `purgatory_expires_total`
+//!   ([`expired_count`](DelayedOperationPurgatory::expired_count), Kafka's
+//!   `ExpiresPerSec` as a count), after each of its `advance_clock` steps and at shutdown.
+//!
+//! Install the recorder before building the timer or purgatory: the handles are registered
+//! once, when it is built, so that `add` and `try_complete_else_watch` pay nothing for
+//! metrics. Without the feature, nothing is registered or recorded.
+//!
+//! ```toml
+//! [dependencies]
+//! timingwheel = { version = "0.1", features = ["metrics"] }
+//! ```
 //!
 //! # Guarantees
 //!
@@ -102,8 +132,10 @@
 //!   ([`stop`](Timer::stop) hands them back instead). Both return once the tasks already
 //!   on the executor have finished (a bounded wait), in every thread that calls them.
 //! - Purgatory: `on_complete` runs exactly once per operation and `on_expiration` at most
-//!   once, only after an expiry; completing an operation cancels its timeout inside the
-//!   call; a completion is never missed.
+//!   once, only after an expiry; `on_complete` never overlaps a `try_complete` in progress
+//!   on another thread (Kafka 4.1+); completing an operation cancels its timeout inside the
+//!   call; a completion is never missed; an operation handed over after `shutdown` is
+//!   answered at once, as expired, never left hanging.
 //! - Memory follows the live set by itself. Storage a timer no longer needs is freed on a
 //!   background thread (`timingwheel-reclaim`, one per process), and with glibc's
 //!   allocator that thread, after it has freed a megabyte or more and then been idle for
@@ -118,22 +150,23 @@
 //! sleeps until the next non-empty bucket is due instead of ticking through empty ones;
 //! its request purgatory keeps millions of delayed operations on it. This crate ports
 //! Kafka's `SystemTimer`, `TimingWheel`, `TimerTaskList`, `TimerTaskEntry`,
-//! `SystemTimerReaper`, `MockTime` and `MockTimer`, and the purgatory's
-//! `DelayedOperation` and `DelayedOperationPurgatory` (Apache License 2.0), keeping their
-//! names and structure. Entries live in 32-byte slots of per-thread shards, and a bucket is
-//! an array of slot indices rather than a linked list, so a flush reads it in order and a
-//! cancel is still O(1). Buckets above the lowest level move their first half down ahead
-//! of time, and a flush re-adds its entries in short chunks outside the write lock, so a
-//! million timers expiring together neither stall the driver nor the threads that add;
-//! see `docs/design.md`.
+//! `SystemTimerReaper`, `MockTime` and `MockTimer` (the timer package as of Kafka 3.9.0,
+//! unchanged in 4.3), and the purgatory's `DelayedOperation` and
+//! `DelayedOperationPurgatory` (as of Kafka 4.x, the operation's locking as of 4.1), under
+//! the Apache License 2.0, keeping their names and structure. Entries live in 32-byte
+//! slots of per-thread shards, and a bucket is an array of slot indices rather than a
+//! linked list, so a flush reads it in order and a cancel is still O(1). Buckets above the
+//! lowest level move their first half down ahead of time, and a flush re-adds its entries
+//! in short chunks outside the write lock, so a million timers expiring together neither
+//! stall the driver nor the threads that add; see `docs/design.md`.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
 mod delay;
-mod delayed_operation;
-mod delayed_operation_purgatory;
+mod metrics;
 mod mock_timer;
+mod purgatory;
 mod rt;
 mod store;
 mod system_timer;
@@ -146,11 +179,10 @@ mod wheel;
 
 pub use crossbeam_channel;
 pub use delay::IntoDelayMs;
-pub use delayed_operation::{Delayed, DelayedOperation};
-pub use delayed_operation_purgatory::{
-    DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
-};
 pub use mock_timer::{MockTime, MockTimer};
+pub use purgatory::{
+    Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
+};
 pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
 pub use system_timer_reaper::SystemTimerReaper;
 pub use time::{SystemClock, Time, hi_res_clock_ms};

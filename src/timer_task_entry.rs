@@ -12,7 +12,7 @@
 //! - The handle names its slot by index and generation, and a slot never has the same
 //!   generation twice, so a stale handle never reaches a later task in the same slot. It
 //!   keeps a `&'static` reference to its shard: shards are pooled for the life of the
-//!   process (see `entry_store`), so the handle stays valid after its timer is gone and
+//!   process (see `store`), so the handle stays valid after its timer is gone and
 //!   costs no reference count.
 //! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
 //!   handle and its clones share a record in the shard, keyed by the entry, which the last

@@ -22,7 +22,7 @@ use common::PATIENCE;
 use common::logger;
 use common::probe::{Callback, PROBE_PANIC, Probe};
 use timingwheel::{
-    Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, Timer,
+    Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, Timer,
 };
 
 /// Long enough never to expire during a test.
@@ -368,12 +368,10 @@ fn a_panic_on_the_reaper_thread_is_logged_and_the_reaper_goes_on() {
     let reaper = Some("ExpirationReaper-7-panicky".to_owned());
     assert_eq!((complete.thread, expire.thread), (reaper.clone(), reaper));
     purgatory.shutdown();
-    let logged = logged_errors_containing(PROBE_PANIC);
+    // Filtered by this reaper's name: other tests of the binary log probe panics too.
+    let logged = logged_errors_containing("ExpirationReaper-7-panicky");
     assert_eq!(logged.len(), 1, "{logged:?}");
-    assert!(
-        logged[0].contains("ExpirationReaper-7-panicky"),
-        "{logged:?}"
-    );
+    assert!(logged[0].contains(PROBE_PANIC), "{logged:?}");
 }
 
 #[test]
@@ -535,6 +533,139 @@ fn without_the_timer_operations_get_no_timeout() {
     assert!(!op.is_completed());
     op.operation().set_completable(true);
     assert_eq!(purgatory.check_and_complete(&1), 1);
+}
+
+#[test]
+fn expired_count_counts_the_operations_completed_by_expiring_and_no_others() {
+    let timer = Arc::new(MockTimer::new());
+    let purgatory = driven(&timer);
+    let ops: Vec<Delayed<Probe>> = (0..6).map(|_| Probe::delayed(100)).collect();
+    for (key, op) in (0..).zip(&ops) {
+        assert!(!purgatory.try_complete_else_watch(op, &[key]));
+    }
+    // Two complete by a check, one by force; three expire.
+    ops[0].operation().set_completable(true);
+    ops[1].operation().set_completable(true);
+    assert_eq!(
+        purgatory.check_and_complete(&0) + purgatory.check_and_complete(&1),
+        2
+    );
+    assert!(ops[2].force_complete());
+    assert_eq!(purgatory.expired_count(), 0);
+    assert!(purgatory.advance_clock(100));
+    assert_eq!(purgatory.expired_count(), 3);
+    let expirations: usize = ops.iter().map(|op| op.operation().expirations()).sum();
+    assert_eq!(expirations, 3);
+    // An expiry that finds its operation completed counts nothing.
+    assert!(!ops[3].force_complete());
+    assert_eq!(purgatory.expired_count(), 3);
+}
+
+/// A purgatory on a mock clock that nobody moves, shut down, named `name`.
+fn shut_down(name: &str) -> Purgatory {
+    let purgatory = <Purgatory>::builder(name)
+        .timer(MockTimer::new())
+        .reaper_enabled(false)
+        .build();
+    purgatory.shutdown();
+    purgatory
+}
+
+#[test]
+fn an_operation_given_after_shutdown_is_completed_at_once_as_expired() {
+    let purgatory = shut_down("after-shutdown");
+    let op = Probe::delayed(NEVER_MS);
+    assert!(!purgatory.try_complete_else_watch(&op, &[1, 2]));
+    assert!(op.is_completed());
+    assert_eq!(
+        op.operation().callbacks(),
+        [Callback::OnComplete, Callback::OnExpiration]
+    );
+    let this_thread = thread::current().name().map(str::to_owned);
+    let events = op.operation().events.lock().unwrap().clone();
+    assert!(
+        events.iter().all(|event| event.thread == this_thread),
+        "{events:?}"
+    );
+    assert_eq!(
+        op.operation().tries.load(Ordering::SeqCst),
+        1,
+        "asked once first"
+    );
+    assert_eq!(
+        (purgatory.watched(), purgatory.num_delayed()),
+        (0, 0),
+        "not watched"
+    );
+    assert_eq!(purgatory.expired_count(), 1);
+}
+
+#[test]
+fn an_operation_that_can_complete_after_shutdown_is_completed_by_try_complete() {
+    let purgatory = shut_down("after-shutdown-completable");
+    let op = Probe::delayed(NEVER_MS);
+    op.operation().set_completable(true);
+    assert!(purgatory.try_complete_else_watch(&op, &[1]));
+    assert_eq!(op.operation().callbacks(), [Callback::OnComplete]);
+    assert_eq!(purgatory.expired_count(), 0);
+    // Already completed: answered by nobody again.
+    assert!(!purgatory.try_complete_else_watch(&op, &[1]));
+    assert_eq!(op.operation().callbacks(), [Callback::OnComplete]);
+}
+
+#[test]
+fn answering_operations_after_shutdown_warns_once_per_purgatory() {
+    logger::install();
+    let names = ["warns-once-a", "warns-once-b"];
+    for name in names {
+        let purgatory = shut_down(name);
+        for _ in 0..3 {
+            purgatory.try_complete_else_watch(&Probe::delayed(NEVER_MS), &[1]);
+        }
+    }
+    for name in names {
+        let warned = logger::warnings_containing(&format!("purgatory {name} is shut down"));
+        assert_eq!(warned.len(), 1, "{name}: {warned:?}");
+    }
+}
+
+#[test]
+fn an_operation_whose_timeout_a_full_timer_refuses_is_completed_at_once_as_expired() {
+    logger::install();
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("full")
+        .time(time)
+        .max_pending(1)
+        .build();
+    let purgatory = <Purgatory>::builder("full-timer")
+        .timer(timer)
+        .reaper_enabled(false)
+        .build();
+    let first = Probe::delayed(NEVER_MS);
+    assert!(!purgatory.try_complete_else_watch(&first, &[1]));
+    assert_eq!(purgatory.num_delayed(), 1, "the timer is full now");
+    for _ in 0..2 {
+        let refused = Probe::delayed(NEVER_MS);
+        assert!(!purgatory.try_complete_else_watch(&refused, &[1]));
+        assert_eq!(
+            refused.operation().callbacks(),
+            [Callback::OnComplete, Callback::OnExpiration]
+        );
+    }
+    assert!(!first.is_completed());
+    assert_eq!(purgatory.expired_count(), 2);
+    // Watched again under another key, the first one's new timeout is refused too: it is
+    // answered, and its earlier timeout cancelled.
+    assert!(!purgatory.try_complete_else_watch(&first, &[2]));
+    assert!(first.is_completed());
+    assert_eq!(
+        purgatory.num_delayed(),
+        0,
+        "its earlier timeout was cancelled"
+    );
+    assert_eq!(purgatory.expired_count(), 3);
+    let warned = logger::warnings_containing("purgatory full-timer has a full timer");
+    assert_eq!(warned.len(), 1, "{warned:?}");
 }
 
 /// How the scripted scenario ends for one operation.

@@ -285,6 +285,12 @@ fn eight_threads_completing_and_forcing_while_operations_expire_complete_each_ex
     }
     assert_eq!(purgatory.watched(), 0);
     purgatory.shutdown();
+    // Shut down: the executor has finished every expiry it was handed.
+    assert_eq!(
+        purgatory.expired_count(),
+        ledger.expirations() as u64,
+        "expired_count counts each expiry once"
+    );
     drop(purgatory);
     drop(slots);
     ledger.assert_all_dropped();
@@ -475,4 +481,89 @@ fn threads_completing_one_operation_at_once_run_on_complete_once() {
     );
     ledger.assert_exactly_once();
     assert_eq!(purgatory.num_delayed(), 0);
+}
+
+/// Operations handed to the purgatory while it shuts down: the first quarter before
+/// `shutdown` is called, the last quarter after it returned, the rest whenever the threads
+/// get to them.
+const SHUTDOWN_RACE_OPERATIONS: usize = 4_000;
+
+#[test]
+fn operations_given_while_the_purgatory_shuts_down_are_answered_at_most_once_and_never_left_unanswered_after_it()
+ {
+    const N: usize = SHUTDOWN_RACE_OPERATIONS;
+    let ledger = Ledger::new(N);
+    let purgatory = DelayedOperationPurgatory::<usize, Racing>::new("shutdown-race", 0);
+    // Whether operation i was handed over only after `shutdown` had returned.
+    let after: Vec<AtomicBool> = (0..N).map(|_| AtomicBool::new(false)).collect();
+    let next = AtomicUsize::new(0);
+    let shutdown_returned = AtomicBool::new(false);
+    let mut ops = Vec::new();
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (ledger, purgatory, after, next, shutdown_returned) =
+                    (&ledger, &purgatory, &after, &next, &shutdown_returned);
+                s.spawn(move || {
+                    let mut own = Vec::new();
+                    loop {
+                        let id = next.fetch_add(1, Ordering::SeqCst);
+                        if id >= N {
+                            return own;
+                        }
+                        if id >= N * 3 / 4 {
+                            common::sync::eventually(common::PATIENCE, "shutdown", || {
+                                shutdown_returned.load(Ordering::SeqCst)
+                            });
+                        }
+                        let op = Racing::new(id, false, ledger);
+                        let returned = shutdown_returned.load(Ordering::SeqCst);
+                        after[id].store(returned, Ordering::SeqCst);
+                        assert!(!purgatory.try_complete_else_watch(&op, &[id % 16]));
+                        own.push(op);
+                    }
+                })
+            })
+            .collect();
+        common::sync::eventually(common::PATIENCE, "a quarter handed over", || {
+            next.load(Ordering::SeqCst) >= N / 4
+        });
+        purgatory.shutdown();
+        shutdown_returned.store(true, Ordering::SeqCst);
+        for worker in workers {
+            ops.extend(worker.join().unwrap());
+        }
+    });
+
+    let count = |v: &[AtomicU8], id: usize| v[id].load(Ordering::SeqCst);
+    let (mut answered_after, mut left_pending) = (0, 0);
+    for (id, after) in after.iter().enumerate() {
+        let completions = count(&ledger.completions, id);
+        // Never completable: answered only as expired, or (watched before the shutdown, as
+        // in Kafka) left pending.
+        assert_eq!(
+            completions,
+            count(&ledger.expirations, id),
+            "operation {id}"
+        );
+        assert!(
+            completions <= 1,
+            "operation {id} completed {completions} times"
+        );
+        if after.load(Ordering::SeqCst) {
+            assert_eq!(completions, 1, "operation {id}, handed over after shutdown");
+            answered_after += 1;
+        } else if completions == 0 {
+            left_pending += 1;
+        }
+    }
+    assert!(
+        answered_after >= N / 4,
+        "answered after shutdown: {answered_after}"
+    );
+    assert!(left_pending >= N / 4, "left pending: {left_pending}");
+    assert_eq!(purgatory.expired_count(), ledger.expirations() as u64);
+    drop(purgatory);
+    drop(ops);
+    ledger.assert_all_dropped();
 }

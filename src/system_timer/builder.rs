@@ -187,6 +187,7 @@ impl SystemTimerBuilder {
             .map(|max| (max, Arc::new(AtomicUsize::new(0))));
         let pending = max_pending.as_ref().map(|(_, pending)| Arc::clone(pending));
         SystemTimer {
+            metrics: crate::metrics::TimerMetrics::new(&self.executor_name),
             executor: Executor::new(
                 &format!("executor-{}", self.executor_name),
                 self.executor_threads,

@@ -102,6 +102,8 @@ pub struct SystemTimer {
     /// The bound of [`SystemTimerBuilder::max_pending`], with the exact count of pending
     /// entries it is checked against (kept by the store).
     max_pending: Option<(usize, Arc<AtomicUsize>)>,
+    /// Its gauge and counters (the `metrics` feature; empty without it).
+    metrics: crate::metrics::TimerMetrics,
 }
 
 /// What a [`SystemTimer`] did since it was built: see [`SystemTimer::stats`].
@@ -445,6 +447,7 @@ impl Timer for SystemTimer {
     }
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
+        let _metrics = self.metrics.record_on_return(|| self.stats());
         if self.is_closed() {
             return false;
         }
@@ -463,7 +466,12 @@ impl Timer for SystemTimer {
     }
 
     fn size(&self) -> usize {
-        self.timing_wheel.len()
+        match &self.max_pending {
+            // A bounded timer keeps the count exactly, one shared counter: never a moment
+            // above the bound, as a sum of the shards' lengths could be.
+            Some((_, pending)) => pending.load(Ordering::Acquire),
+            None => self.timing_wheel.len(),
+        }
     }
 
     fn close(&self) {
@@ -523,6 +531,7 @@ impl SystemTimer {
             );
         }
         self.executor.shut_down(left == 0);
+        self.metrics.record(&self.stats());
         cleared
     }
 }

@@ -3,27 +3,33 @@
 //!
 //! # Ground rules
 //!
+//! The locking follows Kafka 4.1 and later (KAFKA-19312, apache/kafka#19759), where
+//! `forceComplete` checks `completed`, takes the operation's lock, checks again and
+//! completes, and the expiry is `if (forceComplete()) onExpiration()`.
+//!
 //! - **State machine.** An operation is *pending* or *completed*; `completed` (an
-//!   `AtomicBool`) goes from `false` to `true` once, by one `compare_exchange`, and never
-//!   back. Whoever wins that exchange — a `try_complete` whose user check said yes, a
-//!   `force_complete`, or the expiry task — and only that caller cancels the timeout and
-//!   runs `on_complete`; if it is the expiry task, it then runs `on_expiration`. Every other
-//!   caller loses the exchange and does nothing. So `on_complete` runs exactly once, and
-//!   `on_expiration` at most once and only after an expiry, whatever races.
+//!   `AtomicBool`) goes from `false` to `true` once, by one `compare_exchange` made under
+//!   the operation's `lock`, and never back. Whoever wins that exchange — a `try_complete`
+//!   whose user check said yes, a `force_complete`, or the expiry (which is a
+//!   `force_complete`) — and only that caller cancels the timeout and runs `on_complete`,
+//!   still under the lock; the expiry then releases the lock and runs `on_expiration`.
+//!   Every other caller finds `completed` set, before or after taking the lock, and does
+//!   nothing. So `on_complete` runs exactly once, and `on_expiration` at most once and only
+//!   after an expiry, whatever races.
 //!
 //!   ```text
-//!               try_complete (under lock) / force_complete / expiry (under lock)
-//!   pending ──────────────── one compare_exchange(false, true) ───────────────▶ completed
-//!                       the winner: cancel timeout; on_complete; [on_expiration]
+//!            try_complete / force_complete / expiry: check, lock, check again
+//!   pending ───────────── compare_exchange(false, true), under the lock ──────────▶ completed
+//!       the winner, under the lock: cancel timeout; on_complete.  Expiry, after it: on_expiration
 //!   ```
 //!
-//! - **`lock`** (a reentrant mutex, Kafka's `ReentrantLock`) is held around the user's
-//!   `try_complete` and the completion it triggers, around the expiry task's
-//!   `on_complete` + `on_expiration`, and by the purgatory's `try_complete_else_watch` from
-//!   its first `try_complete` to its second, across the watching. It serialises the user's
-//!   checks; it does not decide completion (the exchange does), so `force_complete` does
-//!   not take it, as in Kafka. Reentrant, so callbacks may call back into their own
-//!   operation.
+//! - **`lock`** (a re-entrant mutex, Kafka's `ReentrantLock`) is held around the user's
+//!   `try_complete` and the completion it triggers, around `force_complete`'s completion
+//!   (so the expiry's too), and by the purgatory's `try_complete_else_watch` from its first
+//!   `try_complete` to its second, across the watching. So `on_complete` never overlaps a
+//!   `try_complete` in progress on another thread. Re-entrant, so a callback may call back
+//!   into its own operation: a `force_complete` from inside `try_complete` completes it.
+//!   `on_expiration` runs with the lock released.
 //! - **`timeout`** (a `Mutex<Option<TimerTaskEntry>>`) holds the handle of the pending
 //!   timeout. It is a leaf: no other lock is taken and no user code runs while it is held.
 //!   The purgatory stores the handle after `Timer::add`, then reads `completed`; a completer
@@ -33,15 +39,17 @@
 //! - **Lock order:** `lock` may be held while taking a watch-list shard of the purgatory
 //!   (watching) or `timeout` (completing); never the other way round. `timeout` is released
 //!   before the timer's own locks are taken (by [`TimerTaskEntry::cancel`]), and no
-//!   purgatory lock is held while the timer runs an expiry.
+//!   purgatory lock is held while the timer runs an expiry, which takes `lock` from the
+//!   outside like any other caller.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
-use crate::{TimerTask, TimerTaskEntry};
+use crate::timer_task::TimerTask;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Kafka's `DelayedOperation`, the user's side: implement it for your operation.
 ///
@@ -91,18 +99,22 @@ pub trait DelayedOperation: Send + Sync + 'static {
     /// never once it has completed. Returning true completes it: its timeout is cancelled
     /// and [`on_complete`](DelayedOperation::on_complete) runs, still under the lock.
     ///
-    /// Return true rather than calling [`Delayed::force_complete`] from here: the
+    /// Kafka's operations call `forceComplete()` from here; that works too (the lock is
+    /// re-entrant), and completes the operation at once. Return true then as well: the
     /// purgatory counts a completion by what this returns.
     fn try_complete(&self) -> bool;
 
     /// The completion logic (send the response). Runs exactly once per operation, on the
     /// thread that completed it: a caller of `try_complete`/`check_and_complete`, a caller
-    /// of `force_complete`, or the thread that runs expired timeouts.
+    /// of `force_complete`, or the thread that runs expired timeouts. Runs under the
+    /// operation's lock, so never while another thread is inside
+    /// [`try_complete`](DelayedOperation::try_complete) (as in Kafka 4.1+).
     fn on_complete(&self);
 
-    /// Runs right after [`on_complete`](DelayedOperation::on_complete), on the same thread
-    /// and under the operation's lock, when the operation completed because it expired.
-    /// Never runs for an operation completed any other way.
+    /// Runs right after [`on_complete`](DelayedOperation::on_complete), on the same thread,
+    /// when the operation completed because it expired, once the operation's lock is
+    /// released (as in Kafka 4.1+, where the expiry is `if (forceComplete())
+    /// onExpiration()`). Never runs for an operation completed any other way.
     fn on_expiration(&self);
 }
 
@@ -145,10 +157,15 @@ pub trait DelayedOperation: Send + Sync + 'static {
 ///
 /// # Differences from Kafka
 ///
-/// Kafka's `forceComplete` checks `completed` and then sets it, so two threads (say, a
-/// `forceComplete` and the expiry) can both pass the check and run `onComplete` twice.
-/// Here one `compare_exchange` decides, so `on_complete` runs exactly once under any race.
-/// Completion also cancels the timeout by its handle, which frees the timer's task at once.
+/// None in how it completes: that follows Kafka 4.1 and later (KAFKA-19312),
+/// where `forceComplete` checks `completed`, takes the operation's lock, checks again and
+/// completes, so `onComplete` never overlaps a `tryComplete` in progress, and the expiry
+/// runs `onExpiration` after the lock is released. (Kafka up to 4.0 set `completed` with
+/// `compareAndSet` and took no lock in `forceComplete`; in no version can `onComplete` run
+/// twice.) Completion cancels the timeout by its handle, which unlinks the timer's entry at
+/// once, as Kafka's `cancel()` does; here the timer's task, and with it the timer's
+/// reference to the operation, is also dropped inside the call, where Kafka leaves it to
+/// the garbage collector.
 pub struct Delayed<Op> {
     shared: Arc<Shared<Op>>,
 }
@@ -157,8 +174,8 @@ struct Shared<Op> {
     /// Pending (`false`) or completed (`true`). Changed once, by `compare_exchange`; needs no
     /// lock.
     completed: AtomicBool,
-    /// Held around the user's `try_complete` and around the expiry's callbacks (see the
-    /// module's ground rules). Guards no data of its own.
+    /// Held around the user's `try_complete` and around every completion (see the module's
+    /// ground rules). Guards no data of its own.
     lock: ReentrantMutex<()>,
     /// The handle of the pending timeout, if the purgatory added one and nobody has taken it
     /// since. Guarded by its own mutex, a leaf lock.
@@ -248,10 +265,14 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// Completes the operation now unless it already completed: cancels its timeout and runs
     /// `on_complete`. Returns true iff this call completed it (Kafka's `forceComplete`).
     ///
-    /// Does not take the operation's lock (as in Kafka): one atomic exchange decides, so a
-    /// `force_complete` racing a `try_complete` or the expiry on another thread still
-    /// completes the operation once. `on_complete` runs on this thread; a panic in it
-    /// propagates to the caller, and the operation stays completed.
+    /// As in Kafka 4.1+ (KAFKA-19312): returns false at once if the operation has completed;
+    /// else takes the operation's lock, waiting while another thread is inside its
+    /// `try_complete`, checks again, and completes it. So `on_complete` never overlaps a
+    /// `try_complete` in progress on another thread, and the operation completes once
+    /// whatever races. The lock is re-entrant: called from inside the operation's own
+    /// `try_complete` (as Kafka's operations do), it completes the operation there.
+    /// `on_complete` runs on this thread, under the lock; a panic in it propagates to the
+    /// caller, and the operation stays completed.
     ///
     /// # Examples
     ///
@@ -278,12 +299,14 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// assert!(!op.force_complete());
     /// ```
     pub fn force_complete(&self) -> bool {
-        self.complete()
+        self.force_complete_then(Self::cancel_timeout)
     }
 
     /// Under the operation's lock: unless it has completed, asks the user's
     /// [`try_complete`](DelayedOperation::try_complete) and completes the operation if that
-    /// says so. Returns true iff this call completed it (Kafka's `safeTryComplete`).
+    /// says so. Returns true iff this call completed it (Kafka's `safeTryComplete`): the
+    /// user's check said yes, and the operation completed, by that answer or by a
+    /// `force_complete` the check made itself.
     ///
     /// Waits for the lock if another thread holds it, so a check made after the operation
     /// became completable is never skipped.
@@ -291,7 +314,7 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// # Examples
     ///
     /// ```
-    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     /// use timingwheel::{Delayed, DelayedOperation};
     ///
     /// struct Op(AtomicBool);
@@ -340,19 +363,37 @@ impl<Op: DelayedOperation> Delayed<Op> {
         self.shared.lock.lock()
     }
 
-    /// `try_complete` for a caller that holds the lock.
+    /// `try_complete` for a caller that holds the lock. True iff the user's check said yes
+    /// and the operation completed in this call: by the completion that answer triggers,
+    /// or by a `force_complete` the check made itself (under this lock, nobody else can).
     pub(crate) fn try_complete_locked(&self) -> bool {
         debug_assert!(self.is_locked_by_current_thread());
-        !self.is_completed() && self.shared.operation.try_complete() && self.complete()
+        if self.is_completed() || !self.shared.operation.try_complete() {
+            return false;
+        }
+        self.complete_locked(Self::cancel_timeout);
+        self.is_completed()
     }
 
-    /// Wins the one exchange that completes the operation, or returns false. The winner
-    /// cancels the timeout and runs `on_complete`.
-    fn complete(&self) -> bool {
+    /// Kafka's `forceComplete`: check, lock, check again, complete. Completing first runs
+    /// `release_timeout` (cancel the timeout, or, for the expiry, only let go of it).
+    /// True iff this call completed the operation.
+    fn force_complete_then(&self, release_timeout: fn(&Self) -> bool) -> bool {
+        if self.is_completed() {
+            return false;
+        }
+        let _locked = self.lock();
+        self.complete_locked(release_timeout)
+    }
+
+    /// Wins the one exchange that completes the operation, or returns false; for a caller
+    /// that holds the lock. The winner runs `release_timeout`, then `on_complete`.
+    fn complete_locked(&self, release_timeout: fn(&Self) -> bool) -> bool {
+        debug_assert!(self.is_locked_by_current_thread());
         if !self.win_completion() {
             return false;
         }
-        self.cancel_timeout();
+        release_timeout(self);
         self.shared.operation.on_complete();
         true
     }
@@ -365,20 +406,36 @@ impl<Op: DelayedOperation> Delayed<Op> {
             .is_ok()
     }
 
-    /// The expiry task's work (Kafka's `DelayedOperation.run`): under the lock, completes the
-    /// operation unless it already completed, then runs `on_expiration`.
-    fn expire(&self) {
-        if self.is_completed() {
-            return;
+    /// The expiry (Kafka's `DelayedOperation.run`, `if (forceComplete()) onExpiration()`),
+    /// run by the operation's timeout task: completes the operation unless it already
+    /// completed, and then counts it in `expired` and, with the lock released, runs
+    /// `on_expiration`. True iff it completed the operation.
+    pub(crate) fn expire(&self, expired: &AtomicU64) -> bool {
+        // The timeout's handle is this very task's: it cancels nothing, it is only let go.
+        self.expire_then(Self::let_go_of_timeout, expired)
+    }
+
+    /// [`expire`](Self::expire), now, for an operation whose timeout the timer did not
+    /// take: a timeout left from an earlier watch is cancelled.
+    pub(crate) fn expire_now(&self, expired: &AtomicU64) -> bool {
+        self.expire_then(Self::cancel_timeout, expired)
+    }
+
+    /// `if (forceComplete()) onExpiration()`, counting the expiry in `expired`.
+    fn expire_then(&self, release_timeout: fn(&Self) -> bool, expired: &AtomicU64) -> bool {
+        let completed = self.force_complete_then(release_timeout);
+        if completed {
+            expired.fetch_add(1, Ordering::Relaxed);
+            self.shared.operation.on_expiration();
         }
-        let _locked = self.lock();
-        if !self.win_completion() {
-            return;
-        }
-        // This very task is running: its handle cancels nothing, it is only let go.
+        completed
+    }
+
+    /// Drops the handle of the timeout without cancelling it: for the expiry, whose task is
+    /// the one running. Returns false (nothing was cancelled).
+    fn let_go_of_timeout(&self) -> bool {
         drop(self.shared.timeout.lock().take());
-        self.shared.operation.on_complete();
-        self.shared.operation.on_expiration();
+        false
     }
 
     /// Stores the handle of the timeout just added for this operation. If the operation
@@ -438,12 +495,16 @@ impl<Op> fmt::Debug for Delayed<Op> {
 /// The timer task of an operation's timeout: when it runs, the operation expires.
 pub(crate) struct Expiry<Op> {
     operation: Delayed<Op>,
+    /// The stripe of the purgatory's [`ExpiredCount`] this operation counts in.
+    expired: Arc<ExpiredStripe>,
 }
 
 impl<Op: DelayedOperation> Expiry<Op> {
-    /// The timeout of `operation`, due `operation.delay_ms()` after it is added.
-    pub(crate) fn task(operation: Delayed<Op>) -> Box<dyn TimerTask> {
-        Box::new(Expiry { operation })
+    /// The timeout of `operation`, due `operation.delay_ms()` after it is added, counted in
+    /// `expired` if it expires the operation.
+    pub(crate) fn task(operation: Delayed<Op>, expired: &ExpiredCount) -> Box<dyn TimerTask> {
+        let expired = Arc::clone(expired.stripe_of(&operation));
+        Box::new(Expiry { operation, expired })
     }
 }
 
@@ -453,6 +514,55 @@ impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
     }
 
     fn run(self: Box<Self>) {
-        self.operation.expire();
+        self.operation.expire(self.expired.counter());
+    }
+}
+
+/// Stripes of an [`ExpiredCount`]: enough that operations watched by different threads
+/// rarely share one.
+const EXPIRED_STRIPES: usize = 32;
+
+/// Operations completed by expiring, for a purgatory's `expired_count`. Each expiry task
+/// keeps a reference to the stripe its operation counts in (picked by the operation's
+/// address), so that threads watching different operations do not all bump one
+/// reference count on one cache line, as a single shared counter would make them.
+pub(crate) struct ExpiredCount {
+    stripes: Box<[Arc<ExpiredStripe>]>,
+}
+
+/// One stripe of an [`ExpiredCount`], with its reference count on cache lines of its own.
+#[repr(align(128))]
+pub(crate) struct ExpiredStripe(AtomicU64);
+
+impl ExpiredCount {
+    /// A count of zero.
+    pub(crate) fn new() -> ExpiredCount {
+        ExpiredCount {
+            stripes: (0..EXPIRED_STRIPES)
+                .map(|_| Arc::new(ExpiredStripe(AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+
+    /// Operations counted so far.
+    pub(crate) fn total(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|stripe| stripe.0.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The counter `operation` counts in.
+    pub(crate) fn stripe_of<Op>(&self, operation: &Delayed<Op>) -> &Arc<ExpiredStripe> {
+        // Bits of the address above a cache line: operations allocated apart differ there.
+        let address = Arc::as_ptr(&operation.shared).cast::<()>() as usize;
+        &self.stripes[(address >> 6) % EXPIRED_STRIPES]
+    }
+}
+
+impl ExpiredStripe {
+    /// The stripe's counter.
+    pub(crate) fn counter(&self) -> &AtomicU64 {
+        &self.0
     }
 }

@@ -1,0 +1,153 @@
+//! Reporting through the [`metrics`](https://docs.rs/metrics) facade, with the cargo feature
+//! `metrics`; without it, every type here is empty and every call does nothing.
+//!
+//! The names follow Kafka's registry, in the facade's style:
+//!
+//! | metric | kind | label | value (Kafka's name) |
+//! |---|---|---|---|
+//! | `timer_pending` | gauge | `timer` = executor name | [`TimerStats::pending`] (the timer's size) |
+//! | `timer_added_total` | counter | `timer` | [`TimerStats::added`] |
+//! | `timer_expired_total` | counter | `timer` | [`TimerStats::expired`] |
+//! | `timer_cancelled_total` | counter | `timer` | [`TimerStats::cancelled`] |
+//! | `purgatory_size` | gauge | `delayed_operation` = purgatory name | `watched()` (`PurgatorySize`) |
+//! | `purgatory_num_delayed_operations` | gauge | `delayed_operation` | `num_delayed()` (`NumDelayedOperations`) |
+//! | `purgatory_expires_total` | counter | `delayed_operation` | `expired_count()` (`ExpiresPerSec`, as a count) |
+//!
+//! Handles are registered once, when the timer or purgatory is built, with the recorder
+//! installed then; nothing is looked up or allocated per task. The values are read from
+//! counts the timer and the purgatory keep anyway, and set (`Gauge::set`,
+//! `Counter::absolute`) after each `advance_clock` step and at shutdown, so `add` and
+//! `try_complete_else_watch` pay nothing for them.
+
+use crate::TimerStats;
+
+/// The timer's gauge and counters, labelled `timer = <executor name>`.
+pub(crate) struct TimerMetrics {
+    #[cfg(feature = "metrics")]
+    pending: metrics::Gauge,
+    #[cfg(feature = "metrics")]
+    added: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    expired: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    cancelled: metrics::Counter,
+}
+
+impl TimerMetrics {
+    /// Registers the handles of the timer named `executor_name` with the recorder installed
+    /// now (none: handles that record nothing).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(executor_name: &str) -> TimerMetrics {
+        #[cfg(feature = "metrics")]
+        {
+            let timer = executor_name.to_owned();
+            TimerMetrics {
+                pending: metrics::gauge!("timer_pending", "timer" => timer.clone()),
+                added: metrics::counter!("timer_added_total", "timer" => timer.clone()),
+                expired: metrics::counter!("timer_expired_total", "timer" => timer.clone()),
+                cancelled: metrics::counter!("timer_cancelled_total", "timer" => timer),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        TimerMetrics {}
+    }
+
+    /// Reports `stats`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    #[inline]
+    pub(crate) fn record(&self, stats: &TimerStats) {
+        #[cfg(feature = "metrics")]
+        {
+            self.pending.set(stats.pending as f64);
+            self.added.absolute(stats.added);
+            self.expired.absolute(stats.expired);
+            self.cancelled.absolute(stats.cancelled);
+        }
+    }
+
+    /// Reports what `stats` returns when the returned guard is dropped: at every return of
+    /// the caller. Without the feature, `stats` is never called.
+    #[inline]
+    pub(crate) fn record_on_return<F: FnOnce() -> TimerStats>(
+        &self,
+        stats: F,
+    ) -> RecordOnReturn<'_, F> {
+        RecordOnReturn {
+            metrics: self,
+            stats: Some(stats),
+        }
+    }
+}
+
+/// Made by [`TimerMetrics::record_on_return`].
+pub(crate) struct RecordOnReturn<'a, F: FnOnce() -> TimerStats> {
+    metrics: &'a TimerMetrics,
+    stats: Option<F>,
+}
+
+impl<F: FnOnce() -> TimerStats> Drop for RecordOnReturn<'_, F> {
+    #[inline]
+    fn drop(&mut self) {
+        if cfg!(feature = "metrics")
+            && let Some(stats) = self.stats.take()
+        {
+            self.metrics.record(&stats());
+        }
+    }
+}
+
+/// What a purgatory reports: the values of its gauges and counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PurgatoryReading {
+    /// `watched()`.
+    pub(crate) watched: usize,
+    /// `num_delayed()`.
+    pub(crate) num_delayed: usize,
+    /// `expired_count()`.
+    pub(crate) expired: u64,
+}
+
+/// A purgatory's gauges and counter, labelled `delayed_operation = <purgatory name>`.
+pub(crate) struct PurgatoryMetrics {
+    #[cfg(feature = "metrics")]
+    size: metrics::Gauge,
+    #[cfg(feature = "metrics")]
+    num_delayed_operations: metrics::Gauge,
+    #[cfg(feature = "metrics")]
+    expires: metrics::Counter,
+}
+
+impl PurgatoryMetrics {
+    /// Registers the handles of the purgatory named `purgatory_name` with the recorder
+    /// installed now (none: handles that record nothing).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn new(purgatory_name: &str) -> PurgatoryMetrics {
+        #[cfg(feature = "metrics")]
+        {
+            let name = purgatory_name.to_owned();
+            PurgatoryMetrics {
+                size: metrics::gauge!("purgatory_size", "delayed_operation" => name.clone()),
+                num_delayed_operations: metrics::gauge!(
+                    "purgatory_num_delayed_operations",
+                    "delayed_operation" => name.clone()
+                ),
+                expires: metrics::counter!("purgatory_expires_total", "delayed_operation" => name),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        PurgatoryMetrics {}
+    }
+
+    /// Reports what `reading` returns. Without the feature, `reading` is never called.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    #[inline]
+    pub(crate) fn record(&self, reading: impl FnOnce() -> PurgatoryReading) {
+        #[cfg(feature = "metrics")]
+        {
+            let reading = reading();
+            self.size.set(reading.watched as f64);
+            self.num_delayed_operations.set(reading.num_delayed as f64);
+            self.expires.absolute(reading.expired);
+        }
+    }
+}
