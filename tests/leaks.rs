@@ -1,7 +1,10 @@
 //! No leaks: a million timers (a quarter million in debug builds) added and cancelled, and
-//! a million added and fired, leave the live heap where it was.
+//! a million added and fired, leave the live heap and the timer's mapped memory where they
+//! were.
 //!
-//! A counting `#[global_allocator]` (this test binary only) keeps the live byte count. Each
+//! A counting `#[global_allocator]` (this test binary only) keeps the live byte count; the
+//! slots and list blocks a `SystemTimer` maps outside the heap are counted through
+//! `SystemTimer::storage_bytes`, and must go back as well. Each
 //! test first runs its workload once at full scale as a warm-up, so that the structures
 //! that legitimately keep their high-water mark are at it: the lists and overflow wheels
 //! (created on demand, kept for the timer's life), each used shard's page table (48 B per
@@ -42,9 +45,9 @@ const TIMERS: usize = if cfg!(debug_assertions) {
 /// from the test harness and the executor's channel. Not per-timer memory.
 const TOLERANCE: isize = 64 * 1024;
 /// Allowed leftover of the first (cold) round: the high-water structures listed above, the
-/// page buffer and up to 16 list blocks (1 KiB each) a used shard keeps for reuse, and the
-/// executor's batch buffers. Measured 185-250 KiB; a per-timer leak of one byte would be
-/// 1 MB in release (the warm round's check catches it in debug builds too).
+/// one emptied chunk of slots and one of list blocks (64 KiB each) that a used shard keeps
+/// mapped, and the executor's batch buffers. Measured 131-290 KiB; a per-timer leak of one
+/// byte would be 1 MB in release (the warm round's check catches it in debug builds too).
 const COLD_TOLERANCE: isize = 384 * 1024;
 
 /// Forwards to the system allocator and counts live bytes.
@@ -105,16 +108,17 @@ fn live() -> isize {
     LIVE.load(Ordering::SeqCst)
 }
 
-/// Returns the live byte count once it has stopped changing: memory a timer gives back
-/// is freed on its reclaim thread, a moment after the call that gave it back.
-fn settled() -> isize {
+/// Returns the live heap bytes plus what `timer` has mapped, once the heap count has
+/// stopped changing (the executor frees the batch buffers of the last tasks a moment
+/// after they ran).
+fn settled(timer: &SystemTimer) -> isize {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut last = live();
     loop {
         std::thread::sleep(Duration::from_millis(20));
         let now = live();
         if now == last || std::time::Instant::now() > deadline {
-            return now;
+            return now + timer.storage_bytes() as isize;
         }
         last = now;
     }
@@ -134,15 +138,16 @@ impl TimerTask for Counted {
     }
 }
 
-/// Runs `round` three times (cold, warm, measured) and checks the live heap.
-fn assert_rounds_leave_nothing(what: &str, mut round: impl FnMut()) {
-    let before_cold = settled();
+/// Runs `round` three times (cold, warm, measured) and checks the live heap and the
+/// memory `timer` maps.
+fn assert_rounds_leave_nothing(timer: &SystemTimer, what: &str, mut round: impl FnMut()) {
+    let before_cold = settled(timer);
     round();
-    let after_cold = settled();
+    let after_cold = settled(timer);
     round();
-    let before = settled();
+    let before = settled(timer);
     round();
-    let after = settled();
+    let after = settled(timer);
     eprintln!(
         "{what}: cold round left {} B, warm round left {} B",
         after_cold - before_cold,
@@ -169,7 +174,7 @@ fn a_million_long_timers_added_and_cancelled_leave_no_heap_behind() {
     let ran = Arc::new(AtomicUsize::new(0));
     barrier(&timer);
     let mut entries = Vec::with_capacity(TIMERS);
-    assert_rounds_leave_nothing("add+cancel", || {
+    assert_rounds_leave_nothing(&timer, "add+cancel", || {
         for i in 0..TIMERS {
             entries.push(timer.add(Box::new(Counted {
                 // 30 s to ~3 h: several levels of wheels.
@@ -196,7 +201,7 @@ fn a_million_short_timers_fired_leave_no_heap_behind() {
     let ran = Arc::new(AtomicUsize::new(0));
     barrier(&timer);
     let mut rounds = 0;
-    assert_rounds_leave_nothing("add+fire", || {
+    assert_rounds_leave_nothing(&timer, "add+fire", || {
         for i in 0..TIMERS {
             timer.add(Box::new(Counted {
                 delay_ms: 1 + (i % 1_000) as i64,
@@ -236,7 +241,7 @@ fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
         .time(MockTime::new())
         .build();
     barrier(&timer);
-    assert_rounds_leave_nothing("wheel size 1 add+cancel, alternating", || {
+    assert_rounds_leave_nothing(&timer, "wheel size 1 add+cancel, alternating", || {
         for i in 0..TIMERS {
             let delay_ms = if i % 2 == 0 { 10 } else { 3_600_000 };
             assert!(timer.add(timer_task(delay_ms, || {})).cancel());
@@ -251,7 +256,7 @@ fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
         .time(MockTime::new())
         .build();
     barrier(&timer);
-    assert_rounds_leave_nothing("wheel size 1 add+cancel, counting down", || {
+    assert_rounds_leave_nothing(&timer, "wheel size 1 add+cancel, counting down", || {
         for i in 0..TIMERS {
             let delay_ms = 10 + (TIMERS - i) as i64;
             assert!(timer.add(timer_task(delay_ms, || {})).cancel());
@@ -259,4 +264,45 @@ fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
         assert_eq!(timer.size(), 0);
     });
     timer.close();
+}
+
+/// Memory follows the live set: a burst cancelled down to a few unmaps what it mapped, with
+/// no call to make. What stays: per shard, one emptied chunk of slots and one of list
+/// blocks (64 KiB each), and the chunks the survivors sit in.
+#[test]
+fn a_burst_cancelled_down_to_a_few_unmaps_its_memory() {
+    const SURVIVORS: usize = 10;
+    const CHUNK: usize = 64 * 1024;
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let timer = SystemTimer::builder("burst").time(MockTime::new()).build();
+    let empty = timer.storage_bytes();
+    let mut entries: Vec<_> = (0..TIMERS)
+        .map(|i| timer.add(timer_task(60_000 + i as i64, || {})))
+        .collect();
+    let peak = timer.storage_bytes();
+    assert!(
+        peak >= TIMERS * 32,
+        "a 32-byte slot per timer at least: {peak}"
+    );
+    let survivors = entries.split_off(TIMERS - SURVIVORS);
+    for entry in entries {
+        assert!(entry.cancel());
+    }
+    let stripes = std::thread::available_parallelism()
+        .map_or(1, |n| n.get() * 4)
+        .next_power_of_two()
+        .min(64);
+    let kept = timer.storage_bytes() - empty;
+    assert!(
+        kept <= (2 * stripes + 2 * SURVIVORS) * CHUNK,
+        "{kept} B still mapped after cancelling {} of {TIMERS} (peak {peak} B)",
+        TIMERS - SURVIVORS
+    );
+    eprintln!(
+        "burst: {peak} B mapped at the peak, {kept} B after cancelling down to {SURVIVORS}: {:.1} % given back",
+        100.0 * (peak - kept) as f64 / peak as f64
+    );
+    drop(survivors);
+    timer.close();
+    assert!(timer.storage_bytes() <= empty + 2 * stripes * CHUNK);
 }
