@@ -6,7 +6,8 @@
 //! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
 //! - [`rng`]: the one seeded random number generator;
-//! - [`sync`]: the executor barrier and guards against hanging tests.
+//! - [`sync`]: the executor barrier, a gate that holds the executor busy, and guards
+//!   against hanging tests.
 
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
