@@ -10,8 +10,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -20,11 +19,11 @@ use timingwheel::crossbeam_channel;
 use timingwheel::{SystemTimer, Timer, TimerTaskEntry, timer_task};
 
 mod common;
-use common::PATIENCE;
 use common::ledger::Ledger;
 use common::logger;
 use common::rng::Rng;
-use common::sync::{ExecutorGate, SetOnDrop, eventually, within};
+use common::sync::{ExecutorGate, driven, eventually, within};
+use common::{PATIENCE, panic_location};
 
 /// How long a task that stands for slow work takes.
 const SLOW: Duration = Duration::from_millis(300);
@@ -123,20 +122,6 @@ fn slow_then_quick(
 /// When the slow task and the quick ones are due.
 const DUE_MS: i64 = 20;
 
-/// Drives `timer` on a thread of its own while `f` runs.
-fn driven<T>(timer: &SystemTimer, f: impl FnOnce() -> T) -> T {
-    let stop = AtomicBool::new(false);
-    thread::scope(|s| {
-        let _stop = SetOnDrop(&stop);
-        s.spawn(|| {
-            while !stop.load(Ordering::SeqCst) {
-                timer.advance_clock(2);
-            }
-        });
-        f()
-    })
-}
-
 #[test]
 fn with_several_threads_the_tasks_that_expired_with_a_slow_one_do_not_wait_for_it() {
     for threads in [2, 4] {
@@ -144,7 +129,7 @@ fn with_several_threads_the_tasks_that_expired_with_a_slow_one_do_not_wait_for_i
             .executor_threads(threads)
             .build();
         let (release, wait) = crossbeam_channel::unbounded();
-        driven(&timer, || {
+        driven(&timer, 2, || {
             let (added, ran) = slow_then_quick(&timer, wait);
             eventually(
                 PATIENCE,
@@ -174,7 +159,7 @@ fn with_several_threads_the_tasks_that_expired_with_a_slow_one_do_not_wait_for_i
 fn with_one_thread_the_tasks_that_expired_with_a_slow_one_run_after_it_in_order() {
     let timer = SystemTimer::new("pool-one");
     let (release, wait) = crossbeam_channel::unbounded();
-    driven(&timer, || {
+    driven(&timer, 2, || {
         let (_, ran) = slow_then_quick(&timer, wait);
         thread::sleep(SLOW);
         assert!(
@@ -203,7 +188,7 @@ fn every_task_runs_or_is_cancelled_exactly_once_whatever_the_pool_size() {
             .executor_threads(threads)
             .build();
         let ledger = Ledger::new(TASKS);
-        driven(&timer, || {
+        driven(&timer, 2, || {
             thread::scope(|s| {
                 for a in 0..ADDERS {
                     let (timer, ledger) = (&timer, &ledger);
@@ -324,6 +309,76 @@ fn close_from_a_task_on_a_pool_thread_waits_for_the_other_threads_but_not_for_it
     });
 }
 
+/// A close on a pool thread should return as soon as the other threads' tasks are done,
+/// not at `close`'s 10 s bound.
+#[test]
+#[ignore = "core bug: a close on a pool thread is woken only when no task at all is in flight, \
+            its own included, so it waits out the whole 10 s bound"]
+fn close_from_a_task_returns_once_the_other_threads_tasks_finished() {
+    let timer = Arc::new(
+        SystemTimer::builder("pool-prompt")
+            .executor_threads(3)
+            .build(),
+    );
+    let started = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let started = started.clone();
+        timer.add(timer_task(0, move || {
+            started.fetch_add(1, Ordering::SeqCst);
+            thread::sleep(SLOW);
+        }));
+    }
+    eventually(PATIENCE, "the two slow tasks started", || {
+        started.load(Ordering::SeqCst) == 2
+    });
+    let (tx, rx) = mpsc::channel();
+    let inner = timer.clone();
+    timer.add(timer_task(0, move || {
+        let closing = Instant::now();
+        inner.close();
+        tx.send(closing.elapsed()).unwrap();
+    }));
+    let took = rx.recv_timeout(PATIENCE).expect("the inner close returned");
+    assert!(
+        took < SLOW + Duration::from_secs(2),
+        "the inner close took {took:?}"
+    );
+}
+
+/// With one executor thread (Kafka's), the tasks queued behind the task that closes the
+/// timer cannot run until it returns: the close must not wait for them.
+#[test]
+#[ignore = "core bug: a close on the only executor thread waits for the tasks queued \
+            behind it, which cannot run, until the 10 s bound"]
+fn close_from_the_only_executor_thread_does_not_wait_for_the_tasks_queued_behind_it() {
+    let timer = Arc::new(SystemTimer::new("pool-alone"));
+    let (go, wait) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel();
+    let inner = timer.clone();
+    timer.add(timer_task(0, move || {
+        wait.recv().unwrap();
+        let closing = Instant::now();
+        inner.close();
+        tx.send(closing.elapsed()).unwrap();
+    }));
+    let behind = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5 {
+        let behind = behind.clone();
+        timer.add(timer_task(0, move || {
+            behind.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    go.send(()).unwrap();
+    let took = rx.recv_timeout(PATIENCE).expect("the inner close returned");
+    assert!(
+        took < Duration::from_secs(2),
+        "the inner close took {took:?}"
+    );
+    eventually(PATIENCE, "the tasks queued behind it still run", || {
+        behind.load(Ordering::SeqCst) == 5
+    });
+}
+
 #[test]
 fn a_panicking_task_is_caught_and_logged_and_the_pool_runs_the_others_whatever_its_size() {
     logger::install();
@@ -333,7 +388,7 @@ fn a_panicking_task_is_caught_and_logged_and_the_pool_runs_the_others_whatever_i
             .executor_threads(threads)
             .build();
         let ran = Arc::new(AtomicUsize::new(0));
-        driven(&timer, || {
+        driven(&timer, 2, || {
             for i in 0..30 {
                 let (ran, message) = (ran.clone(), message.clone());
                 // Due at once and, in one batch, 5 ms out.
@@ -367,21 +422,10 @@ fn zero_executor_threads_panics_naming_the_argument() {
 
 #[test]
 fn the_zero_executor_threads_panic_points_at_the_caller() {
-    let location = Arc::new(Mutex::new(None));
-    let seen = Arc::clone(&location);
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload_as_str().unwrap_or_default();
-        if message.contains("executor_threads") {
-            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
-        }
-    }));
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    let location = panic_location("executor_threads", || {
         SystemTimer::builder("pool-zero").executor_threads(0)
-    }));
-    std::panic::set_hook(previous);
-    assert!(result.is_err());
-    assert_eq!(location.lock().unwrap().as_deref(), Some(file!()));
+    });
+    assert_eq!(location.as_deref(), Some(file!()));
 }
 
 /// Counts, after a 100 ms pause, the exit of each thread it was installed on.

@@ -8,16 +8,17 @@
 //! run once, or replaced, cancelled or refused (and then never run), and dropped once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use timingwheel::{KeyedTimer, MockTime, MockTimer, SystemTimer, Timer, TimerTask, timer_task};
 
 mod common;
 use common::ledger::Ledger;
 use common::rng::Rng;
-use common::sync::{ExecutorGate, SetOnDrop, eventually, within};
+use common::sync::{ExecutorGate, driven, eventually, within};
 use common::{Counted, PATIENCE, counted};
 
 /// A keyed timer on a new `MockTimer`, and that timer.
@@ -229,6 +230,49 @@ fn a_task_whose_drop_calls_back_into_the_keyed_timer_does_not_deadlock() {
     assert!(slot.lock().unwrap().is_none());
 }
 
+/// The reference of the model test: per key, the task scheduled under it and when it is
+/// due; per task, the runs and drops to expect.
+struct Model {
+    scheduled: HashMap<u32, (usize, i64)>,
+    runs: Vec<usize>,
+    drops: Vec<usize>,
+}
+
+impl Model {
+    /// Takes the task scheduled under `key` out (it is dropped unrun); true if there was one.
+    fn remove(&mut self, key: u32) -> bool {
+        let old = self.scheduled.remove(&key);
+        if let Some((id, _)) = old {
+            self.drops[id] = 1;
+        }
+        old.is_some()
+    }
+
+    /// Task `id`, scheduled at `now` with `delay`: a task due at once runs inside the call
+    /// on a `MockTimer`.
+    fn schedule(&mut self, key: u32, id: usize, now: i64, delay: i64) {
+        if delay <= 0 {
+            self.runs[id] = 1;
+            self.drops[id] = 1;
+        } else {
+            self.scheduled.insert(key, (id, now + delay));
+        }
+    }
+
+    /// The clock reached `now`: the tasks due run.
+    fn advance(&mut self, now: i64) {
+        let (runs, drops) = (&mut self.runs, &mut self.drops);
+        self.scheduled.retain(|_, &mut (id, due)| {
+            let due_now = due <= now;
+            if due_now {
+                runs[id] = 1;
+                drops[id] = 1;
+            }
+            !due_now
+        });
+    }
+}
+
 #[test]
 fn len_and_is_scheduled_follow_a_model_of_every_operation() {
     const KEYS: u32 = 8;
@@ -239,109 +283,56 @@ fn len_and_is_scheduled_follow_a_model_of_every_operation() {
         let timer = Arc::new(MockTimer::with_time(time.clone()));
         let keyed = KeyedTimer::new(timer.clone());
         let ledger = Ledger::new(OPS);
-        // The model: per key, the task scheduled under it and when it is due.
-        let mut model: HashMap<u32, (usize, i64)> = HashMap::new();
-        let mut expected_runs = vec![0; OPS];
-        let mut expected_drops = vec![0; OPS];
+        let mut model = Model {
+            scheduled: HashMap::new(),
+            runs: vec![0; OPS],
+            drops: vec![0; OPS],
+        };
         for id in 0..OPS {
             let key = rng.below(u64::from(KEYS)) as u32;
             let delay = rng.below(60) as i64 - 5;
             let now = time.hi_res_clock_ms();
+            let at = format!("seed {seed} op {id}");
             match rng.below(10) {
                 0..=3 => {
                     let replaced = keyed.schedule_replacing(key, ledger.task(id, delay));
-                    assert_eq!(replaced, model.contains_key(&key), "seed {seed} op {id}");
-                    if let Some((old, _)) = model.remove(&key) {
-                        expected_drops[old] = 1;
-                    }
-                    schedule_in_model(
-                        &mut model,
-                        &mut expected_runs,
-                        &mut expected_drops,
-                        key,
-                        id,
-                        now,
-                        delay,
-                    );
+                    assert_eq!(replaced, model.remove(key), "{at}");
+                    model.schedule(key, id, now, delay);
                 }
                 4..=5 => {
                     let scheduled = keyed.schedule_if_absent(key, ledger.task(id, delay));
-                    assert_eq!(scheduled, !model.contains_key(&key), "seed {seed} op {id}");
+                    assert_eq!(scheduled, !model.scheduled.contains_key(&key), "{at}");
                     if scheduled {
-                        schedule_in_model(
-                            &mut model,
-                            &mut expected_runs,
-                            &mut expected_drops,
-                            key,
-                            id,
-                            now,
-                            delay,
-                        );
+                        model.schedule(key, id, now, delay);
                     } else {
-                        expected_drops[id] = 1;
+                        model.drops[id] = 1;
                     }
                 }
-                6..=7 => {
-                    let cancelled = keyed.cancel(&key);
-                    assert_eq!(cancelled, model.contains_key(&key), "seed {seed} op {id}");
-                    if let Some((old, _)) = model.remove(&key) {
-                        expected_drops[old] = 1;
-                    }
-                }
+                6..=7 => assert_eq!(keyed.cancel(&key), model.remove(key), "{at}"),
                 _ => {
-                    let step = rng.below(40) as i64;
-                    timer.advance_clock(step);
-                    let now = time.hi_res_clock_ms();
-                    model.retain(|_, &mut (old, due)| {
-                        let runs = due <= now;
-                        if runs {
-                            expected_runs[old] = 1;
-                            expected_drops[old] = 1;
-                        }
-                        !runs
-                    });
+                    timer.advance_clock(rng.below(40) as i64);
+                    model.advance(time.hi_res_clock_ms());
                 }
             }
             for k in 0..KEYS {
-                assert_eq!(
-                    keyed.is_scheduled(&k),
-                    model.contains_key(&k),
-                    "seed {seed} op {id} key {k}"
-                );
+                let expected = model.scheduled.contains_key(&k);
+                assert_eq!(keyed.is_scheduled(&k), expected, "{at} key {k}");
             }
-            assert_eq!(keyed.len(), model.len(), "seed {seed} op {id}");
+            assert_eq!(keyed.len(), model.scheduled.len(), "{at}");
             assert_eq!(
                 timer.size(),
-                model.len(),
-                "seed {seed} op {id}: no entry left behind"
+                model.scheduled.len(),
+                "{at}: an entry left behind"
             );
             for t in 0..=id {
+                let expected = (model.runs[t], model.drops[t]);
                 assert_eq!(
                     (ledger.runs(t), ledger.drops(t)),
-                    (expected_runs[t], expected_drops[t]),
-                    "seed {seed} op {id}: task {t}"
+                    expected,
+                    "{at}: task {t}"
                 );
             }
         }
-    }
-}
-
-/// Puts task `id`, scheduled at `now` with `delay`, in the model: a task due at once runs
-/// inside the call on a `MockTimer`.
-fn schedule_in_model(
-    model: &mut HashMap<u32, (usize, i64)>,
-    runs: &mut [usize],
-    drops: &mut [usize],
-    key: u32,
-    id: usize,
-    now: i64,
-    delay: i64,
-) {
-    if delay <= 0 {
-        runs[id] = 1;
-        drops[id] = 1;
-    } else {
-        model.insert(key, (id, now + delay));
     }
 }
 
@@ -450,6 +441,8 @@ const THREADS: usize = 4;
 const OPS_PER_THREAD: usize = 15_000;
 /// Keys per thread: few, so that the same keys are hit again while their tasks expire.
 const KEYS_PER_THREAD: usize = 32;
+/// Each thread pauses 1 ms every this many operations.
+const OPS_PER_PAUSE: usize = 32;
 
 /// What one stress thread knows: the task under each of its keys, if any.
 struct Keys<'a> {
@@ -471,7 +464,12 @@ fn schedule_cancel_and_replace(
     ops: usize,
     keys: &mut Keys<'_>,
 ) {
-    for _ in 0..ops {
+    for op in 0..ops {
+        if op % OPS_PER_PAUSE == 0 {
+            // Paced, so that tasks also expire (delays are 0-3 ms) rather than only being
+            // replaced.
+            thread::sleep(Duration::from_millis(1));
+        }
         let slot = keys.rng.below(KEYS_PER_THREAD as u64) as usize;
         let key = keys.first + slot;
         let delay = keys.rng.below(4) as i64;
@@ -516,46 +514,41 @@ fn stress(close_half_way: bool) -> (Arc<Ledger>, usize, Option<usize>) {
     let keyed = KeyedTimer::new(timer.clone());
     let ledger = Ledger::new(THREADS * OPS_PER_THREAD);
     let next_id = AtomicUsize::new(0);
-    let done = AtomicBool::new(false);
     let half_way = Barrier::new(THREADS + 1);
     let mut runs_at_close = None;
-    thread::scope(|s| {
-        let _stop = SetOnDrop(&done);
-        s.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                timer.advance_clock(1);
-            }
-        });
-        let workers: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let (keyed, ledger, half_way, next_id) = (&keyed, &ledger, &half_way, &next_id);
-                s.spawn(move || {
-                    let mut keys = Keys {
-                        first: t * KEYS_PER_THREAD,
-                        current: vec![None; KEYS_PER_THREAD],
-                        rng: Rng::new(t as u64 + 11),
-                        next_id,
-                    };
-                    schedule_cancel_and_replace(keyed, ledger, OPS_PER_THREAD / 2, &mut keys);
-                    half_way.wait();
-                    half_way.wait();
-                    schedule_cancel_and_replace(keyed, ledger, OPS_PER_THREAD / 2, &mut keys);
+    driven(&*timer, 1, || {
+        thread::scope(|s| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (keyed, ledger, half_way, next_id) = (&keyed, &ledger, &half_way, &next_id);
+                    s.spawn(move || {
+                        let mut keys = Keys {
+                            first: t * KEYS_PER_THREAD,
+                            current: vec![None; KEYS_PER_THREAD],
+                            rng: Rng::new(t as u64 + 11),
+                            next_id,
+                        };
+                        schedule_cancel_and_replace(keyed, ledger, OPS_PER_THREAD / 2, &mut keys);
+                        half_way.wait();
+                        half_way.wait();
+                        schedule_cancel_and_replace(keyed, ledger, OPS_PER_THREAD / 2, &mut keys);
+                    })
                 })
-            })
-            .collect();
-        half_way.wait();
-        if close_half_way {
-            timer.close();
-            runs_at_close = Some(ledger.total_runs());
-        }
-        half_way.wait();
-        for worker in workers {
-            worker.join().unwrap();
-        }
-        let made = next_id.load(Ordering::SeqCst);
-        eventually(PATIENCE, "every task run or dropped", || {
-            (0..made).all(|id| ledger.drops(id) > 0)
-        });
+                .collect();
+            half_way.wait();
+            if close_half_way {
+                timer.close();
+                runs_at_close = Some(ledger.total_runs());
+            }
+            half_way.wait();
+            for worker in workers {
+                worker.join().unwrap();
+            }
+            let made = next_id.load(Ordering::SeqCst);
+            eventually(PATIENCE, "every task run or dropped", || {
+                (0..made).all(|id| ledger.drops(id) > 0)
+            });
+        })
     });
     assert_eq!(
         keyed.len(),
@@ -574,6 +567,7 @@ fn schedules_replacements_cancels_and_expiries_racing_end_every_task_exactly_one
     // never ran, so a replaced task never ran after `schedule` returned), and was dropped
     // once.
     let (ran, unrun) = ledger.assert_first_exactly_once(made);
+    eprintln!("ran {ran}, ended unrun {unrun}");
     assert!(
         ran > 1_000 && unrun > 1_000,
         "both outcomes occurred: ran {ran}, unrun {unrun}"

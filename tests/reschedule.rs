@@ -24,7 +24,7 @@ mod common;
 use common::PATIENCE;
 use common::ledger::Ledger;
 use common::rng::Rng;
-use common::sync::{ExecutorGate, SetOnDrop, barrier, eventually};
+use common::sync::{ExecutorGate, barrier, driven, eventually};
 
 /// A timer on a mock clock, and how to move that clock and run what is due.
 struct Rig {
@@ -312,16 +312,9 @@ fn a_rescheduled_task_never_runs_before_the_call_plus_its_new_delay_on_the_real_
     const OLD_DELAYS_MS: [i64; 2] = [1, 60_000];
     let by_hand = SystemTimer::new("resched-real");
     let by_reaper = SystemTimerReaper::new("resched-real-reaper", SystemTimer::new("resched-real"));
-    let stop = AtomicBool::new(false);
-    thread::scope(|s| {
-        let _stop = SetOnDrop(&stop);
-        s.spawn(|| {
-            while !stop.load(Ordering::SeqCst) {
-                by_hand.advance_clock(5);
-            }
-        });
+    driven(&by_hand, 5, || {
         let timers: [(&str, &dyn Timer); 2] = [("by hand", &by_hand), ("by a reaper", &by_reaper)];
-        for (driven, timer) in timers {
+        for (how, timer) in timers {
             let (tx, rx) = mpsc::channel();
             let mut expected = 0;
             for old in OLD_DELAYS_MS {
@@ -339,10 +332,7 @@ fn a_rescheduled_task_never_runs_before_the_call_plus_its_new_delay_on_the_real_
                     }));
                     *at = Some(Instant::now());
                     if !timer.reschedule(&entry, new) {
-                        assert_eq!(
-                            old, 1,
-                            "driven {driven}: a minute-long task was not waiting"
-                        );
+                        assert_eq!(old, 1, "driven {how}: a minute-long task was not waiting");
                         *at = None;
                     }
                     drop(at);
@@ -353,22 +343,22 @@ fn a_rescheduled_task_never_runs_before_the_call_plus_its_new_delay_on_the_real_
             for _ in 0..expected {
                 let (waited, old, new) = rx
                     .recv_timeout(PATIENCE)
-                    .unwrap_or_else(|_| panic!("driven {driven}: a task was lost"));
+                    .unwrap_or_else(|_| panic!("driven {how}: a task was lost"));
                 let Some(waited) = waited else {
                     continue; // ran before it could be moved (1 ms tasks only, see above)
                 };
                 moved += 1;
                 assert!(
                     waited >= Duration::from_millis(new as u64),
-                    "driven {driven}: moved from {old} to {new} ms, ran {waited:?} after the call"
+                    "driven {how}: moved from {old} to {new} ms, ran {waited:?} after the call"
                 );
                 assert!(waited < Duration::from_millis(new as u64) + PATIENCE);
             }
             assert!(
                 moved >= NEW_DELAYS_MS.len(),
-                "driven {driven}: every minute-long task moved"
+                "driven {how}: every minute-long task moved"
             );
-            assert_eq!(timer.size(), 0, "driven {driven}");
+            assert_eq!(timer.size(), 0, "driven {how}");
         }
     });
     by_hand.close();
@@ -602,44 +592,36 @@ fn race(close_at: Option<usize>) -> (Arc<Ledger>, Arc<Bounds>, Option<usize>) {
     let ledger = Ledger::new(tasks);
     let bounds = Bounds::new(tasks);
     let pool = Mutex::new(Vec::new());
-    let (done, movers_done, closed) = (
-        AtomicBool::new(false),
-        AtomicBool::new(false),
-        AtomicBool::new(false),
-    );
+    let (movers_done, closed) = (AtomicBool::new(false), AtomicBool::new(false));
     let mut runs_at_close = None;
-    thread::scope(|s| {
-        let _stop = SetOnDrop(&done);
-        s.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                timer.advance_clock(2);
+    driven(&timer, 2, || {
+        thread::scope(|s| {
+            let canceller = s.spawn(|| cancel_from_pool(&ledger, &pool, &movers_done));
+            let movers: Vec<_> = (0..MOVERS)
+                .map(|m| {
+                    let (timer, ledger, bounds, pool, closed) =
+                        (&timer, &ledger, &bounds, &pool, &closed);
+                    s.spawn(move || move_tasks(timer, ledger, bounds, m, pool, closed))
+                })
+                .collect();
+            if let Some(close_at) = close_at {
+                eventually(PATIENCE, "enough tasks ran", || {
+                    ledger.total_runs() >= close_at
+                });
+                timer.close();
+                // Set once `close` returned: a reschedule that starts after this must fail.
+                closed.store(true, Ordering::SeqCst);
+                runs_at_close = Some(ledger.total_runs());
             }
-        });
-        let canceller = s.spawn(|| cancel_from_pool(&ledger, &pool, &movers_done));
-        let movers: Vec<_> = (0..MOVERS)
-            .map(|m| {
-                let (timer, ledger, bounds, pool, closed) =
-                    (&timer, &ledger, &bounds, &pool, &closed);
-                s.spawn(move || move_tasks(timer, ledger, bounds, m, pool, closed))
-            })
-            .collect();
-        if let Some(close_at) = close_at {
-            eventually(PATIENCE, "enough tasks ran", || {
-                ledger.total_runs() >= close_at
+            for mover in movers {
+                mover.join().unwrap();
+            }
+            movers_done.store(true, Ordering::SeqCst);
+            canceller.join().unwrap();
+            eventually(PATIENCE, "every task ran, was cancelled or dropped", || {
+                ledger.all_drops().iter().all(|&d| d > 0)
             });
-            timer.close();
-            // Set once `close` returned: a reschedule that starts after this must fail.
-            closed.store(true, Ordering::SeqCst);
-            runs_at_close = Some(ledger.total_runs());
-        }
-        for mover in movers {
-            mover.join().unwrap();
-        }
-        movers_done.store(true, Ordering::SeqCst);
-        canceller.join().unwrap();
-        eventually(PATIENCE, "every task ran, was cancelled or dropped", || {
-            ledger.all_drops().iter().all(|&d| d > 0)
-        });
+        })
     });
     assert_eq!(timer.size(), 0);
     timer.close();

@@ -20,7 +20,7 @@ use timingwheel::{
 mod common;
 use common::PATIENCE;
 use common::rng::Rng;
-use common::sync::{SetOnDrop, eventually};
+use common::sync::{driven, eventually};
 
 /// A message that counts its drops.
 struct Note {
@@ -190,61 +190,56 @@ fn four_workers_on_one_receiver_see_each_expiry_once_unless_its_cancel_won() {
     let cancelled: Vec<AtomicU8> = (0..tasks).map(|_| AtomicU8::new(0)).collect();
     let per_worker: Vec<AtomicUsize> = (0..WORKERS).map(|_| AtomicUsize::new(0)).collect();
     let (tx, rx) = crossbeam_channel::unbounded::<Note>();
-    let done = AtomicBool::new(false);
-    thread::scope(|s| {
-        let _stop = SetOnDrop(&done);
-        s.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                timer.advance_clock(2);
-            }
-        });
-        for w in 0..WORKERS {
-            let (rx, received, per_worker) = (rx.clone(), &received, &per_worker);
-            s.spawn(move || {
-                for note in rx.iter() {
-                    received[note.id].fetch_add(1, Ordering::SeqCst);
-                    per_worker[w].fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-        let adders: Vec<_> = (0..ADDERS)
-            .map(|a| {
-                let (timer, tx, drops, cancelled) = (&timer, tx.clone(), &drops, &cancelled);
+    driven(&timer, 2, || {
+        thread::scope(|s| {
+            for w in 0..WORKERS {
+                let (rx, received, per_worker) = (rx.clone(), &received, &per_worker);
                 s.spawn(move || {
-                    let mut rng = Rng::new(a as u64 + 3);
-                    let mut held: Vec<(usize, TimerTaskEntry)> = Vec::new();
-                    for id in (a..tasks).step_by(ADDERS) {
-                        let delay = rng.below(8) as i64;
-                        let entry = timer.add(send_task(delay, tx.clone(), note(id, drops)));
-                        if rng.below(3) == 0 {
-                            held.push((id, entry));
+                    for note in rx.iter() {
+                        received[note.id].fetch_add(1, Ordering::SeqCst);
+                        per_worker[w].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+            let adders: Vec<_> = (0..ADDERS)
+                .map(|a| {
+                    let (timer, tx, drops, cancelled) = (&timer, tx.clone(), &drops, &cancelled);
+                    s.spawn(move || {
+                        let mut rng = Rng::new(a as u64 + 3);
+                        let mut held: Vec<(usize, TimerTaskEntry)> = Vec::new();
+                        for id in (a..tasks).step_by(ADDERS) {
+                            let delay = rng.below(8) as i64;
+                            let entry = timer.add(send_task(delay, tx.clone(), note(id, drops)));
+                            if rng.below(3) == 0 {
+                                held.push((id, entry));
+                            }
+                            if held.len() > 64 {
+                                let (id, entry) = held.swap_remove(rng.below(64) as usize);
+                                if entry.cancel() {
+                                    cancelled[id].fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                            if id % 256 < ADDERS {
+                                thread::sleep(Duration::from_millis(1));
+                            }
                         }
-                        if held.len() > 64 {
-                            let (id, entry) = held.swap_remove(rng.below(64) as usize);
+                        for (id, entry) in held {
                             if entry.cancel() {
                                 cancelled[id].fetch_add(1, Ordering::SeqCst);
                             }
                         }
-                        if id % 256 < ADDERS {
-                            thread::sleep(Duration::from_millis(1));
-                        }
-                    }
-                    for (id, entry) in held {
-                        if entry.cancel() {
-                            cancelled[id].fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
+                    })
                 })
-            })
-            .collect();
-        for adder in adders {
-            adder.join().unwrap();
-        }
-        drop(tx);
-        eventually(PATIENCE, "every message received or cancelled", || {
-            (0..tasks).all(|id| count(&drops, id) > 0)
-        });
-        timer.close(); // drops the last senders: the workers' loops end
+                .collect();
+            for adder in adders {
+                adder.join().unwrap();
+            }
+            drop(tx);
+            eventually(PATIENCE, "every message received or cancelled", || {
+                (0..tasks).all(|id| count(&drops, id) > 0)
+            });
+            timer.close(); // drops the last senders: the workers' loops end
+        })
     });
     let (mut sent, mut won) = (0, 0);
     for id in 0..tasks {

@@ -100,3 +100,18 @@ impl Drop for ExecutorGate {
         self.open.take();
     }
 }
+
+/// Runs `f` while another thread drives `timer` (`advance_clock(poll_ms)` in a loop), and
+/// stops that thread when `f` returns or panics.
+pub(crate) fn driven<T>(timer: &dyn Timer, poll_ms: i64, f: impl FnOnce() -> T) -> T {
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        let _stop = SetOnDrop(&stop);
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                timer.advance_clock(poll_ms);
+            }
+        });
+        f()
+    })
+}
