@@ -190,10 +190,10 @@ fn benches(c: &mut Criterion) {
         let med = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
         rows.push((rounds, work_ns(rounds), med(closures), med(messages)));
     }
+    println!("\nexpiries per second through one executor thread, median of criterion's samples");
     println!(
-        "\nexpiries per second through one executor thread, median of criterion's samples"
+        "| work per expiry | closures on the executor | send_task + {WORKERS} workers | ratio |"
     );
-    println!("| work per expiry | closures on the executor | send_task + {WORKERS} workers | ratio |");
     println!("|--:|--:|--:|--:|");
     let millions = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.2} M/s", v / 1e6));
     for (rounds, ns, closures, messages) in rows {
