@@ -1,6 +1,6 @@
 //! The command line: what to simulate.
 
-use super::common::flag_value;
+use super::common::{flag_value, parse_flags};
 
 /// What to simulate.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,11 +42,7 @@ impl Default for Config {
 }
 
 /// What the command line asked for.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Command {
-    Run(Config),
-    Help,
-}
+pub(crate) type Command = super::common::Command<Config>;
 
 pub(crate) const USAGE: &str = "\
 Simulates a group coordinator's member sessions: every member heartbeats, and each
@@ -75,26 +71,23 @@ command line.";
 /// `--flag=value`.
 pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut config = Config::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, v)) if flag.starts_with("--") => (flag.to_owned(), Some(v.to_owned())),
-            _ => (arg, None),
-        };
-        let mut raw = || inline.clone().or_else(|| args.next());
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--members" => config.members = flag_value(&flag, raw())?,
-            "--heartbeat-ms" => config.heartbeat_ms = flag_value(&flag, raw())?,
-            "--session-timeout-ms" => config.session_timeout_ms = flag_value(&flag, raw())?,
-            "--stop-ratio" => config.stop_ratio = flag_value(&flag, raw())?,
-            "--workers" => config.workers = flag_value(&flag, raw())?,
-            "--tick-ms" => config.tick_ms = flag_value(&flag, raw())?,
-            "--wheel-size" => config.wheel_size = flag_value(&flag, raw())?,
-            "--seed" => config.seed = flag_value(&flag, raw())?,
+    let run = parse_flags(args, |flag, value| {
+        match flag {
+            "--members" => config.members = flag_value(flag, value())?,
+            "--heartbeat-ms" => config.heartbeat_ms = flag_value(flag, value())?,
+            "--session-timeout-ms" => config.session_timeout_ms = flag_value(flag, value())?,
+            "--stop-ratio" => config.stop_ratio = flag_value(flag, value())?,
+            "--workers" => config.workers = flag_value(flag, value())?,
+            "--tick-ms" => config.tick_ms = flag_value(flag, value())?,
+            "--wheel-size" => config.wheel_size = flag_value(flag, value())?,
+            "--seed" => config.seed = flag_value(flag, value())?,
             "--no-progress" => config.progress = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
+        Ok(())
+    })?;
+    if !run {
+        return Ok(Command::Help);
     }
     check(&config)?;
     Ok(Command::Run(config))

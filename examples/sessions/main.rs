@@ -41,27 +41,17 @@ use std::time::{Duration, Instant};
 use timingwheel::crossbeam_channel::{self, Receiver, Sender};
 use timingwheel::{KeyedTimer, SystemTimer, SystemTimerReaper, Timer, send_task};
 
+// `Command` is for the test that runs this example small.
+#[allow(unused_imports)]
 pub(crate) use cli::{Command, Config, USAGE, parse_args};
 use group::{Group, LAST_BEAT_MAX};
 pub(crate) use report::{BeatStats, Progress, Report, WorkerStats};
 
 fn main() {
-    let config = match parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(config)) => config,
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(message) => {
-            eprintln!("sessions: {message}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let report = run(&config);
-    print!("{}", report.summary(&config));
-    if !report.invariant_holds() {
-        std::process::exit(1);
-    }
+    common::example_main("sessions", USAGE, parse_args, |config| {
+        let report = run(config);
+        (report.summary(config), report.invariant_holds())
+    });
 }
 
 /// When the heartbeats end, in ms since the start: a quarter interval after the last

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::Config;
-use super::common::{Percentiles, ProgressLine, group, peak_rss_kib};
+use super::common::{Percentiles, ProgressLine, group, mib, peak_rss_kib};
 use super::group::Group;
 
 /// What the heartbeating thread measured.
@@ -216,10 +216,7 @@ impl Report {
             group(self.len_at_end),
             group(self.size_at_end)
         );
-        let rss = match self.peak_rss_kib {
-            Some(kib) => format!("{:.1} MiB", kib as f64 / 1024.0),
-            None => "n/a".to_owned(),
-        };
+        let rss = mib(self.peak_rss_kib);
         let _ = writeln!(w, "{:<32} {:>12}", "peak memory of the process", rss);
         let _ = writeln!(
             w,
