@@ -24,7 +24,8 @@ use crate::{IntoDelayMs, TimerTask};
 /// - a task dropped unrun by [`close`](crate::Timer::close) sends nothing either;
 /// - if the channel is bounded and full, the executor thread waits for room, as it would
 ///   for any slow task (with several executor threads, only the one running this task
-///   waits; see [`SystemTimerBuilder::executor_threads`](crate::SystemTimerBuilder::executor_threads));
+///   waits; see
+///   [`SystemTimerBuilder::executor_threads`](crate::SystemTimerBuilder::executor_threads));
 ///   keep the receivers draining, or a `close` waits for them (up to its bound);
 /// - if every receiver is gone, the message is dropped on the executor thread and nothing
 ///   else happens: no panic, no log.

@@ -104,7 +104,10 @@
 //! let timer = Arc::new(MockTimer::new());
 //! let sessions = KeyedTimer::new(timer.clone());
 //! let (expired_tx, expired) = unbounded();
-//! let heartbeat = |member: u32| sessions.schedule(member, send_task(10_000, expired_tx.clone(), member));
+//! // A heartbeat starts the member's 10 s session timeout again.
+//! let heartbeat = |member: u32| {
+//!     sessions.schedule(member, send_task(10_000, expired_tx.clone(), member))
+//! };
 //!
 //! heartbeat(1);
 //! heartbeat(2);

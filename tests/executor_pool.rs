@@ -503,7 +503,8 @@ fn close_joins_every_pool_thread_and_leaves_none_behind() {
 }
 
 #[test]
-#[ignore = "core bug: a close on a pool thread detaches the pool's threads, which are then never joined"]
+#[ignore = "core bug: a close on a pool thread detaches the pool's threads, which are then \
+            never joined"]
 fn after_a_close_from_a_pool_thread_a_close_from_outside_joins_the_pool() {
     const THREADS: usize = 3;
     let timer = Arc::new(
