@@ -117,6 +117,40 @@
 //! timingwheel = { version = "0.1", features = ["metrics"] }
 //! ```
 //!
+//! # Expiries as messages, and one timeout per key
+//!
+//! [`send_task`] makes a task that sends a message into a [`crossbeam_channel`] when it
+//! expires, so that any number of worker threads (or a `select!`) handle expiries instead
+//! of the timer's executor; a cancel that returned true means the message is never sent.
+//! [`KeyedTimer`] keeps one timeout per key, as Kafka's group coordinator keeps one session
+//! timeout per member: scheduling under a key replaces its timeout, and the replaced one
+//! never fires, even if it had already expired. Together they make a heartbeat monitor:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use timingwheel::crossbeam_channel::unbounded;
+//! use timingwheel::{send_task, KeyedTimer, MockTimer, Timer};
+//!
+//! let timer = Arc::new(MockTimer::new());
+//! let sessions = KeyedTimer::new(timer.clone());
+//! let (expired_tx, expired) = unbounded();
+//! // A heartbeat starts the member's 10 s session timeout again.
+//! let heartbeat = |member: u32| {
+//!     sessions.schedule(member, send_task(10_000, expired_tx.clone(), member))
+//! };
+//!
+//! heartbeat(1);
+//! heartbeat(2);
+//! timer.advance_clock(3_000);
+//! heartbeat(1); // member 2 stopped heartbeating
+//! timer.advance_clock(7_000);
+//! assert_eq!(expired.try_recv(), Ok(2));
+//! assert!(expired.try_recv().is_err(), "member 1's session lives on");
+//! ```
+//!
+//! To move one pending task rather than replace it, [`Timer::reschedule`] moves its entry
+//! in O(1) without allocating.
+//!
 //! # Guarantees
 //!
 //! - Exactly once: every task added to an open timer is either run once or cancelled once
@@ -163,7 +197,9 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod channel;
 mod delay;
+mod keyed;
 mod metrics;
 mod mock_timer;
 mod purgatory;
@@ -177,8 +213,10 @@ mod timer_task;
 mod timer_task_entry;
 mod wheel;
 
+pub use channel::send_task;
 pub use crossbeam_channel;
 pub use delay::IntoDelayMs;
+pub use keyed::KeyedTimer;
 pub use mock_timer::{MockTime, MockTimer};
 pub use purgatory::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,

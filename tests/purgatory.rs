@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::PATIENCE;
 use common::logger;
 use common::probe::{Callback, PROBE_PANIC, Probe};
+use common::{PATIENCE, panic_location};
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, Timer,
 };
@@ -252,21 +252,10 @@ fn empty_watch_keys_panic_naming_the_argument() {
 #[test]
 fn the_empty_watch_keys_panic_points_at_the_caller() {
     let purgatory = driven(&Arc::new(MockTimer::new()));
-    let location = Arc::new(Mutex::new(None));
-    let seen = Arc::clone(&location);
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload_as_str().unwrap_or_default();
-        if message.contains("watch_keys") {
-            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
-        }
-    }));
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    let location = panic_location("watch_keys", || {
         purgatory.try_complete_else_watch(&Probe::delayed(10), &[])
-    }));
-    std::panic::set_hook(previous);
-    assert!(result.is_err());
-    assert_eq!(location.lock().unwrap().as_deref(), Some(file!()));
+    });
+    assert_eq!(location.as_deref(), Some(file!()));
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! What the examples share for their reports and command lines: nothing of the timer.
+//! What the examples share: their `main`, their command lines and pieces of their reports;
+//! nothing of the timer.
 
 use std::fmt::Display;
 use std::io::{IsTerminal, Write as _};
@@ -65,6 +66,14 @@ pub(crate) fn peak_rss_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A size in KiB as `236.1 MiB`, or `n/a` where there is none.
+pub(crate) fn mib(kib: Option<u64>) -> String {
+    kib.map_or_else(
+        || "n/a".to_owned(),
+        |kib| format!("{:.1} MiB", kib as f64 / 1024.0),
+    )
+}
+
 /// A progress line on stderr: rewritten in place on a terminal, one line per update
 /// otherwise.
 pub(crate) struct ProgressLine {
@@ -102,4 +111,63 @@ pub(crate) fn flag_value<T: FromStr>(flag: &str, raw: Option<String>) -> Result<
     let raw = raw.ok_or_else(|| format!("{flag} needs a value"))?;
     raw.parse()
         .map_err(|_| format!("{flag}: cannot parse {raw:?}"))
+}
+
+/// Walks a command line (without the program name) of `--flag value` and `--flag=value`
+/// arguments, handing each flag to `on_flag` with a function that takes its value. Returns
+/// `Ok(false)` as soon as `-h` or `--help` comes, else `Ok(true)` at the end, or the first
+/// error of `on_flag`.
+pub(crate) fn parse_flags(
+    args: impl IntoIterator<Item = String>,
+    mut on_flag: impl FnMut(&str, &mut dyn FnMut() -> Option<String>) -> Result<(), String>,
+) -> Result<bool, String> {
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, mut inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_owned(), Some(value.to_owned()))
+            }
+            _ => (arg, None),
+        };
+        if flag == "-h" || flag == "--help" {
+            return Ok(false);
+        }
+        on_flag(&flag, &mut || inline.take().or_else(|| args.next()))?;
+    }
+    Ok(true)
+}
+
+/// What a command line asked for: a run with its configuration, or the help.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Command<C> {
+    Run(C),
+    Help,
+}
+
+/// The `main` of every example: parses the command line with `parse`, prints `usage` for
+/// `--help` (exit code 0) or after a bad command line (2), else runs the simulation with
+/// `run`, prints the report it returns, and exits with 1 if its invariant (the returned
+/// flag) failed.
+pub(crate) fn example_main<C>(
+    name: &str,
+    usage: &str,
+    parse: impl FnOnce(Vec<String>) -> Result<Command<C>, String>,
+    run: impl FnOnce(&C) -> (String, bool),
+) {
+    let config = match parse(std::env::args().skip(1).collect()) {
+        Ok(Command::Run(config)) => config,
+        Ok(Command::Help) => {
+            println!("{usage}");
+            return;
+        }
+        Err(message) => {
+            eprintln!("{name}: {message}\n\n{usage}");
+            std::process::exit(2);
+        }
+    };
+    let (report, invariant_holds) = run(&config);
+    print!("{report}");
+    if !invariant_holds {
+        std::process::exit(1);
+    }
 }

@@ -1,6 +1,6 @@
 //! The example's command line.
 
-use super::common::flag_value;
+use super::common::{flag_value, parse_flags};
 
 /// What to simulate.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,11 +39,7 @@ impl Default for Config {
 }
 
 /// What the command line asked for.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Command {
-    Run(Config),
-    Help,
-}
+pub(crate) type Command = super::common::Command<Config>;
 
 pub(crate) const USAGE: &str = "\
 Simulates a broker's produce purgatory: acks=all requests wait until the 3 replicas of
@@ -68,25 +64,22 @@ timeout, 1 if not, 2 on a bad command line.";
 /// Parses the command line (without the program name): `--flag value` or `--flag=value`.
 pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut config = Config::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, mut inline) = match arg.split_once('=') {
-            Some((flag, value)) => (flag.to_owned(), Some(value.to_owned())),
-            None => (arg, None),
-        };
-        let mut value = || inline.take().or_else(|| args.next());
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
+    let run = parse_flags(args, |flag, value| {
+        match flag {
             "--no-progress" => config.progress = false,
-            "--requests" => config.requests = flag_value(&flag, value())?,
-            "--rate" => config.rate = flag_value(&flag, value())?,
-            "--partitions" => config.partitions = flag_value(&flag, value())?,
-            "--timeout-ms" => config.timeout_ms = flag_value(&flag, value())?,
-            "--slow-every" => config.slow_every = flag_value(&flag, value())?,
-            "--slow-fetch-ms" => config.slow_fetch_ms = flag_value(&flag, value())?,
-            "--seed" => config.seed = flag_value(&flag, value())?,
+            "--requests" => config.requests = flag_value(flag, value())?,
+            "--rate" => config.rate = flag_value(flag, value())?,
+            "--partitions" => config.partitions = flag_value(flag, value())?,
+            "--timeout-ms" => config.timeout_ms = flag_value(flag, value())?,
+            "--slow-every" => config.slow_every = flag_value(flag, value())?,
+            "--slow-fetch-ms" => config.slow_fetch_ms = flag_value(flag, value())?,
+            "--seed" => config.seed = flag_value(flag, value())?,
             other => return Err(format!("unknown argument {other:?}")),
         }
+        Ok(())
+    })?;
+    if !run {
+        return Ok(Command::Help);
     }
     let positive = [
         ("--rate", config.rate as u64),

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cli::{Command, Config};
+use cli::Config;
 use report::{Ledger, Report, Snapshot};
 use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
 
@@ -207,20 +207,8 @@ fn replicate(
 }
 
 fn main() {
-    let config = match cli::parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(config)) => config,
-        Ok(Command::Help) => {
-            println!("{}", cli::USAGE);
-            return;
-        }
-        Err(message) => {
-            eprintln!("purgatory: {message}\n\n{}", cli::USAGE);
-            std::process::exit(2);
-        }
-    };
-    let report = run(&config);
-    print!("{}", report.summary(&config));
-    if !report.invariant_holds(&config) {
-        std::process::exit(1);
-    }
+    common::example_main("purgatory", cli::USAGE, cli::parse_args, |config| {
+        let report = run(config);
+        (report.summary(config), report.invariant_holds(config))
+    });
 }

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::cli::Config;
-use super::common::{Percentiles, ProgressLine, group, peak_rss_kib};
+use super::common::{Percentiles, ProgressLine, group, mib, peak_rss_kib};
 
 /// Every request's answer: how many times it was answered, whether it expired, how long it
 /// waited.
@@ -230,9 +230,7 @@ impl Report {
             group(self.check_and_complete_calls),
             "one per high-watermark move of a partition".into(),
         );
-        let peak = self.peak_rss_kib.map_or("n/a".into(), |kib| {
-            format!("{:.1} MiB", kib as f64 / 1024.0)
-        });
+        let peak = mib(self.peak_rss_kib);
         row(
             &mut w,
             "peak memory (VmHWM)",

@@ -1,6 +1,6 @@
 //! The command line: what to simulate.
 
-use super::common::flag_value;
+use super::common::{flag_value, parse_flags};
 
 /// What to simulate.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,11 +39,7 @@ impl Default for Config {
 }
 
 /// What the command line asked for.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Command {
-    Run(Config),
-    Help,
-}
+pub(crate) type Command = super::common::Command<Config>;
 
 pub(crate) const USAGE: &str = "\
 Simulates a shop: reserve stock per order, schedule a reconciliation check at its payment
@@ -69,25 +65,22 @@ reserved, 1 if not, 2 on a bad command line.";
 /// `--flag=value`.
 pub(crate) fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
     let mut config = Config::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, v)) if flag.starts_with("--") => (flag.to_owned(), Some(v.to_owned())),
-            _ => (arg, None),
-        };
-        let mut raw = || inline.clone().or_else(|| args.next());
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--orders" => config.orders = flag_value(&flag, raw())?,
-            "--deadline-min-ms" => config.deadline_min_ms = flag_value(&flag, raw())?,
-            "--deadline-max-ms" => config.deadline_max_ms = flag_value(&flag, raw())?,
-            "--pay-ratio" => config.pay_ratio = flag_value(&flag, raw())?,
-            "--tick-ms" => config.tick_ms = flag_value(&flag, raw())?,
-            "--wheel-size" => config.wheel_size = flag_value(&flag, raw())?,
-            "--seed" => config.seed = flag_value(&flag, raw())?,
+    let run = parse_flags(args, |flag, value| {
+        match flag {
+            "--orders" => config.orders = flag_value(flag, value())?,
+            "--deadline-min-ms" => config.deadline_min_ms = flag_value(flag, value())?,
+            "--deadline-max-ms" => config.deadline_max_ms = flag_value(flag, value())?,
+            "--pay-ratio" => config.pay_ratio = flag_value(flag, value())?,
+            "--tick-ms" => config.tick_ms = flag_value(flag, value())?,
+            "--wheel-size" => config.wheel_size = flag_value(flag, value())?,
+            "--seed" => config.seed = flag_value(flag, value())?,
             "--no-progress" => config.progress = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
+        Ok(())
+    })?;
+    if !run {
+        return Ok(Command::Help);
     }
     if config.deadline_min_ms == 0 {
         return Err("--deadline-min-ms must be at least 1".into());

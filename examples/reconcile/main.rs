@@ -37,26 +37,16 @@ use std::time::{Duration, Instant};
 use timingwheel::{SystemTimer, SystemTimerReaper, Timer, TimerTaskEntry, timer_task};
 
 use books::{Rng, Shop};
+// `Command` is for the test that runs this example small.
+#[allow(unused_imports)]
 pub(crate) use cli::{Command, Config, USAGE, parse_args};
 pub(crate) use report::{CreateStats, PayStats, Progress, Report};
 
 fn main() {
-    let config = match parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(config)) => config,
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(message) => {
-            eprintln!("reconcile: {message}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let report = run(&config);
-    print!("{}", report.summary(&config));
-    if !report.invariant_holds() {
-        std::process::exit(1);
-    }
+    common::example_main("reconcile", USAGE, parse_args, |config| {
+        let report = run(config);
+        (report.summary(config), report.invariant_holds())
+    });
 }
 
 /// Creates the orders, each with its check on the timer; hands those that will be paid to

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::Config;
 use super::books::{EXPIRED, PAID, Shop};
-use super::common::{Percentiles, ProgressLine, group, peak_rss_kib};
+use super::common::{Percentiles, ProgressLine, group, mib, peak_rss_kib};
 
 /// What the creating thread measured.
 pub(crate) struct CreateStats {
@@ -193,10 +193,7 @@ impl Report {
             "",
             ms(self.last_expiry_lateness_us)
         );
-        let rss = match self.peak_rss_kib {
-            Some(kib) => format!("{:.1} MiB", kib as f64 / 1024.0),
-            None => "n/a".to_owned(),
-        };
+        let rss = mib(self.peak_rss_kib);
         let _ = writeln!(w, "{:<28} {:>14}", "peak memory of the process", rss);
         let _ = writeln!(
             w,

@@ -1,12 +1,14 @@
 //! Helpers shared by the integration-test binaries (`mod common;` in each), one module per
 //! concern:
 //!
-//! - this module: [`Counted`], a task that counts its runs and drops, and [`PATIENCE`];
+//! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`], and
+//!   [`panic_location`] for `#[track_caller]` checks;
 //! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
 //! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
 //! - [`rng`]: the one seeded random number generator;
-//! - [`sync`]: the executor barrier and guards against hanging tests.
+//! - [`sync`]: the executor barrier, a driver thread, a gate that holds the executor busy,
+//!   and guards against hanging tests.
 
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -17,8 +19,9 @@ pub(crate) mod probe;
 pub(crate) mod rng;
 pub(crate) mod sync;
 
-use std::sync::Arc;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timingwheel::TimerTask;
@@ -61,4 +64,23 @@ pub(crate) fn counted(
         runs: Arc::clone(runs),
         drops: Arc::clone(drops),
     })
+}
+
+/// Runs `f`, which must panic with a message containing `needle`, and returns the file the
+/// panic reports as its location (with `#[track_caller]`, the caller's). The panic hook is
+/// the process's: it is replaced only while `f` runs.
+pub(crate) fn panic_location<T>(needle: &'static str, f: impl FnOnce() -> T) -> Option<String> {
+    let location = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&location);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info.payload_as_str().unwrap_or_default();
+        if message.contains(needle) {
+            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
+        }
+    }));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    assert!(result.is_err(), "it did not panic");
+    location.lock().unwrap().take()
 }

@@ -59,3 +59,59 @@ impl Drop for SetOnDrop<'_> {
         self.0.store(true, Ordering::SeqCst);
     }
 }
+
+/// Holds every thread of a timer's executor pool busy until it is opened (or dropped): one
+/// task per thread, each of which reports that it started, then waits.
+pub(crate) struct ExecutorGate {
+    /// Dropped to open the gate: every waiting task's `recv` then returns.
+    open: Option<timingwheel::crossbeam_channel::Sender<()>>,
+}
+
+impl ExecutorGate {
+    /// Hands `threads` gate tasks to `timer`'s executor and returns once all of them run,
+    /// each on a thread of its own (they wait for each other's start only through the
+    /// gate, so `threads` must not exceed the pool's size).
+    pub(crate) fn shut(timer: &dyn Timer, threads: usize) -> ExecutorGate {
+        let (open, wait) = timingwheel::crossbeam_channel::unbounded::<()>();
+        let (started_tx, started) = mpsc::channel();
+        for _ in 0..threads {
+            let (wait, started_tx) = (wait.clone(), started_tx.clone());
+            timer.add(timer_task(0, move || {
+                started_tx.send(()).unwrap();
+                let _ = wait.recv();
+            }));
+        }
+        for i in 0..threads {
+            started
+                .recv_timeout(BARRIER_PATIENCE)
+                .unwrap_or_else(|_| panic!("only {i} of {threads} gate tasks started"));
+        }
+        ExecutorGate { open: Some(open) }
+    }
+
+    /// Lets the gate tasks finish.
+    pub(crate) fn open(mut self) {
+        self.open.take();
+    }
+}
+
+impl Drop for ExecutorGate {
+    fn drop(&mut self) {
+        self.open.take();
+    }
+}
+
+/// Runs `f` while another thread drives `timer` (`advance_clock(poll_ms)` in a loop), and
+/// stops that thread when `f` returns or panics.
+pub(crate) fn driven<T>(timer: &dyn Timer, poll_ms: i64, f: impl FnOnce() -> T) -> T {
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        let _stop = SetOnDrop(&stop);
+        s.spawn(|| {
+            while !stop.load(Ordering::SeqCst) {
+                timer.advance_clock(poll_ms);
+            }
+        });
+        f()
+    })
+}
