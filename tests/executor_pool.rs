@@ -156,8 +156,6 @@ fn with_several_threads_the_tasks_that_expired_with_a_slow_one_do_not_wait_for_i
 /// The same when no thread was idle as the slow task started: the others of its batch
 /// should move to a thread once one is free, not wait for the slow task to end.
 #[test]
-#[ignore = "core bug: a batch is split only before each task starts, so the tasks behind a \
-            slow one that started while every other thread was busy wait for it to end"]
 fn tasks_behind_a_slow_one_move_to_a_thread_that_becomes_free() {
     let timer = SystemTimer::builder("pool-busy")
         .executor_threads(2)
@@ -344,8 +342,6 @@ fn close_from_a_task_on_a_pool_thread_waits_for_the_other_threads_but_not_for_it
 /// A close on a pool thread should return as soon as the other threads' tasks are done,
 /// not at `close`'s 10 s bound.
 #[test]
-#[ignore = "core bug: a close on a pool thread is woken only when no task at all is in flight, \
-            its own included, so it waits out the whole 10 s bound"]
 fn close_from_a_task_returns_once_the_other_threads_tasks_finished() {
     let timer = Arc::new(
         SystemTimer::builder("pool-prompt")
@@ -380,8 +376,6 @@ fn close_from_a_task_returns_once_the_other_threads_tasks_finished() {
 /// With one executor thread (Kafka's), the tasks queued behind the task that closes the
 /// timer cannot run until it returns: the close must not wait for them.
 #[test]
-#[ignore = "core bug: a close on the only executor thread waits for the tasks queued \
-            behind it, which cannot run, until the 10 s bound"]
 fn close_from_the_only_executor_thread_does_not_wait_for_the_tasks_queued_behind_it() {
     let timer = Arc::new(SystemTimer::new("pool-alone"));
     let (go, wait) = mpsc::channel::<()>();
@@ -503,8 +497,6 @@ fn close_joins_every_pool_thread_and_leaves_none_behind() {
 }
 
 #[test]
-#[ignore = "core bug: a close on a pool thread detaches the pool's threads, which are then \
-            never joined"]
 fn after_a_close_from_a_pool_thread_a_close_from_outside_joins_the_pool() {
     const THREADS: usize = 3;
     let timer = Arc::new(

@@ -3,22 +3,24 @@
 //!
 //! # Ground rules
 //!
-//! - Batches of tasks go to the pool's threads through one `crossbeam-channel` queue; any
-//!   idle thread takes the next batch. A flush hands over its expired tasks a batch at a
-//!   time rather than one send per task.
-//! - With more than one thread, a thread that starts a task while another thread is idle
-//!   first sends the rest of its batch back to the queue, so that no task waits behind a
-//!   slow one while a thread is free. With one thread nothing is split: tasks run in the
-//!   order they were handed over.
-//! - `in_flight` counts tasks handed over and not yet finished (atomics); `idle` (with its
-//!   mutex) only wakes a `close` that waits for it to fall. Each job counts its tasks
-//!   finished from a drop guard, so the count comes down even if the job unwinds.
-//! - A task's panic is caught, logged at `error!`, and the batch goes on. So is a panic in
+//! - Tasks go to the pool's threads through one `crossbeam-channel` queue; any idle thread
+//!   takes the next message. With one thread (Kafka's), a flush hands over its expired
+//!   tasks a batch per message, and they run in the order they were handed over. With more,
+//!   each task is a message of its own, so that no task ever waits behind a slow one while
+//!   a thread is free; tasks that expired together then run concurrently, in no order.
+//! - `in_flight` counts tasks handed over and not yet finished (atomics). A `close` that
+//!   waits for it registers in `waiters`, and while any does, every task that finishes
+//!   wakes it (`idle`, with its mutex); otherwise finishing a task takes no lock. A job
+//!   counts its tasks finished from a drop guard, so the count comes down even if it
+//!   unwinds.
+//! - A task's panic is caught, logged at `error!`, and the pool goes on. So is a panic in
 //!   the `Drop` of the panic's payload: nothing a task does unwinds out of [`run_task`].
 //! - Every `close` of the timer waits for the tasks in flight, up to one deadline set by the
-//!   first wait (`shutdown_deadline`), then stops the threads and joins them. On a pool
-//!   thread itself it waits for the other threads' tasks, not for its own (a task cannot
-//!   wait for itself, nor for the rest of its own batch, which runs after it).
+//!   first wait (`shutdown_deadline`), then stops the threads and joins them. A task cannot
+//!   wait for itself: a `close` on a pool thread waits only for the other threads' tasks
+//!   (and, with one thread, for nothing: the tasks queued behind it run after it returns).
+//!   The threads it cannot join (its own among them) are joined by the next `close` or the
+//!   drop from outside the pool.
 //! - Lock order: the executor's mutexes (`idle`'s, `threads`, `buffers`) are leaves; none
 //!   is held while a task runs or while another lock is taken.
 
@@ -46,7 +48,10 @@ const KEPT_BUFFERS: usize = 8;
 
 /// What the pool's threads receive.
 enum Job {
-    Run(Vec<Box<dyn TimerTask>>),
+    /// Tasks to run in order (a pool of one thread).
+    Batch(Vec<Box<dyn TimerTask>>),
+    /// One task (a pool of several threads).
+    One(Box<dyn TimerTask>),
     /// Ends the thread that receives it (one per thread, sent at shutdown).
     Stop,
 }
@@ -55,21 +60,21 @@ enum Job {
 pub(crate) struct Executor {
     jobs: Sender<Job>,
     tracker: Arc<Tracker>,
-    /// The pool's threads, taken and joined by the first shutdown from outside the pool.
+    /// The pool's threads not joined yet.
     threads: Mutex<Vec<JoinHandle<()>>>,
     thread_count: usize,
+    /// Set when the stop messages are sent (once).
+    stopped: AtomicBool,
     /// When every wait for the tasks in flight gives up; set by the first wait.
     shutdown_deadline: OnceLock<Instant>,
 }
 
 struct Tracker {
     in_flight: AtomicUsize,
-    /// Threads waiting for a job: a thread that starts a task while this is not zero hands
-    /// the rest of its batch to them.
-    idle_threads: AtomicUsize,
-    /// Set once the threads are told to stop: from then on no batch is split, so that no
-    /// part of one is queued behind the stop messages.
-    stopping: AtomicBool,
+    /// Threads waiting in `wait_idle`: while there are any, each finished task wakes them.
+    waiters: AtomicUsize,
+    /// Of those, the pool's own threads, each with its running task still in flight.
+    pool_waiters: AtomicUsize,
     lock: Mutex<()>,
     idle: Condvar,
     /// Emptied batch buffers, handed back by the pool's threads for the next batches.
@@ -77,9 +82,8 @@ struct Tracker {
 }
 
 thread_local! {
-    /// The tracker of the pool this thread belongs to (0: none), and how many tasks of its
-    /// current job are not finished yet (the running one included).
-    static RUNNING: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// The tracker of the pool whose task this thread is running (0: none).
+    static RUNNING_FOR: Cell<usize> = const { Cell::new(0) };
 }
 
 impl Executor {
@@ -93,8 +97,8 @@ impl Executor {
         let (jobs, queue) = crossbeam_channel::unbounded();
         let tracker = Arc::new(Tracker {
             in_flight: AtomicUsize::new(0),
-            idle_threads: AtomicUsize::new(0),
-            stopping: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            pool_waiters: AtomicUsize::new(0),
             lock: Mutex::new(()),
             idle: Condvar::new(),
             buffers: Mutex::new(Vec::new()),
@@ -107,11 +111,10 @@ impl Executor {
                     format!("{name}-{i}")
                 };
                 let queue = queue.clone();
-                let jobs = jobs.clone();
                 let tracker = Arc::clone(&tracker);
                 std::thread::Builder::new()
                     .name(thread_name.clone())
-                    .spawn(move || work(&queue, &jobs, &tracker))
+                    .spawn(move || work(&queue, &tracker))
                     .unwrap_or_else(|e| panic!("cannot spawn executor thread {thread_name:?}: {e}"))
             })
             .collect();
@@ -120,6 +123,7 @@ impl Executor {
             tracker,
             threads: Mutex::new(handles),
             thread_count: threads,
+            stopped: AtomicBool::new(false),
             shutdown_deadline: OnceLock::new(),
         }
     }
@@ -137,9 +141,9 @@ impl Executor {
             .unwrap_or_else(|| Vec::with_capacity(BATCH))
     }
 
-    /// Hands `tasks` to the pool, to run in order (on one thread, unless another is idle).
-    /// A buffer from [`batch`](Executor::batch) goes back to be reused once its tasks ran.
-    pub(crate) fn submit_batch(&self, tasks: Vec<Box<dyn TimerTask>>) {
+    /// Hands `tasks` to the pool. A buffer from [`batch`](Executor::batch) goes back to be
+    /// reused once its tasks ran (or at once, for a pool of several threads).
+    pub(crate) fn submit_batch(&self, mut tasks: Vec<Box<dyn TimerTask>>) {
         if tasks.is_empty() {
             self.tracker.recycle(tasks);
             return;
@@ -147,73 +151,88 @@ impl Executor {
         self.tracker
             .in_flight
             .fetch_add(tasks.len(), Ordering::AcqRel);
-        if let Err(refused) = self.jobs.send(Job::Run(tasks)) {
-            // Unreachable while `self` lives: the pool's threads hold the receiver until
-            // they are stopped, and no task is handed over after that.
-            if let Job::Run(tasks) = refused.into_inner() {
-                self.tracker.finished(tasks.len());
+        if self.thread_count == 1 {
+            self.send(Job::Batch(tasks));
+        } else {
+            for task in tasks.drain(..) {
+                self.send(Job::One(task));
             }
+            self.tracker.recycle(tasks);
         }
     }
 
-    /// True if the calling thread is one of this pool's, inside one of its jobs.
-    pub(crate) fn is_current_thread(&self) -> bool {
-        RUNNING.with(|running| running.get().0 == self.tracker.id())
+    fn send(&self, job: Job) {
+        if let Err(refused) = self.jobs.send(job) {
+            // Unreachable while `self` lives: the pool's threads hold the receiver until
+            // they are stopped, and no task is handed over after that.
+            self.tracker.finished(refused.into_inner().len());
+        }
     }
 
-    /// Waits until every task handed over so far has finished — on a pool thread, every
-    /// task but those of its own job — but not past `timeout` after the first call:
-    /// concurrent and later callers share that deadline. Returns the number still
-    /// unfinished (its own job's excluded).
+    /// True if the calling thread is one of this pool's, running one of its tasks.
+    pub(crate) fn is_current_thread(&self) -> bool {
+        RUNNING_FOR.with(|running| running.get() == self.tracker.id())
+    }
+
+    /// Waits until every task handed over so far has finished, but not past `timeout` after
+    /// the first call: concurrent and later callers share that deadline. On a pool thread
+    /// it waits for the other threads' tasks, not for its own, nor (with one thread) for
+    /// the tasks queued behind it. Returns the number still unfinished that it waited for.
     pub(crate) fn wait_idle(&self, timeout: Duration) -> usize {
         let deadline = *self
             .shutdown_deadline
             .get_or_init(|| Instant::now() + timeout);
-        let own = RUNNING.with(|running| {
-            let (id, outstanding) = running.get();
-            if id == self.tracker.id() {
-                outstanding
-            } else {
-                0
-            }
-        });
-        let left = || {
-            self.tracker
-                .in_flight
-                .load(Ordering::Acquire)
-                .saturating_sub(own)
-        };
-        let mut guard = self.tracker.lock.lock();
-        loop {
-            if left() == 0
-                || self
-                    .tracker
-                    .idle
-                    .wait_until(&mut guard, deadline)
-                    .timed_out()
-            {
-                return left();
-            }
+        let tracker = &self.tracker;
+        let on_pool = self.is_current_thread();
+        if on_pool && self.thread_count == 1 {
+            return 0;
         }
+        let mut guard = tracker.lock.lock();
+        tracker.waiters.fetch_add(1, Ordering::SeqCst);
+        if on_pool {
+            tracker.pool_waiters.fetch_add(1, Ordering::SeqCst);
+        }
+        // The tasks of the pool threads that wait here cannot finish before they return,
+        // and once every thread waits here, nothing more can finish at all.
+        let left = || {
+            let pool_waiters = tracker.pool_waiters.load(Ordering::SeqCst);
+            let in_flight = tracker.in_flight.load(Ordering::SeqCst);
+            if pool_waiters == self.thread_count {
+                0
+            } else {
+                in_flight.saturating_sub(if on_pool { pool_waiters } else { 0 })
+            }
+        };
+        let mut unfinished = left();
+        while unfinished > 0 && !tracker.idle.wait_until(&mut guard, deadline).timed_out() {
+            unfinished = left();
+        }
+        unfinished = left();
+        if on_pool {
+            tracker.pool_waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+        tracker.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(guard);
+        // A pool thread leaving changes what the others wait for.
+        tracker.idle.notify_all();
+        unfinished
     }
 
-    /// Stops the pool's threads once the queue before them is done, and joins them, unless
-    /// `join` is false (tasks still running past the deadline) or this is a pool thread: it
-    /// cannot join itself, and it ends once its job is done. Concurrent callers return once
-    /// the first one has joined them.
+    /// Stops the pool's threads once the queue before them is done (the first call sends
+    /// the stop messages), and joins them unless `join` is false (tasks still running past
+    /// the deadline) or this is a pool thread, which cannot join itself: those threads are
+    /// left for a later call from outside the pool. Concurrent callers return once the
+    /// first one has joined them.
     pub(crate) fn shut_down(&self, join: bool) {
         let mut threads = self.threads.lock();
-        if threads.is_empty() {
-            return;
+        if !self.stopped.swap(true, Ordering::AcqRel) {
+            for _ in 0..self.thread_count {
+                // Fails only if every thread already ended, which needs these very messages.
+                let _ = self.jobs.send(Job::Stop);
+            }
         }
-        self.tracker.stopping.store(true, Ordering::Release);
-        for _ in 0..self.thread_count {
-            // Fails only if every thread already ended, which needs these very messages.
-            let _ = self.jobs.send(Job::Stop);
-        }
-        let handles = std::mem::take(&mut *threads);
         if join && !self.is_current_thread() {
-            for handle in handles {
+            for handle in threads.drain(..) {
                 if handle.join().is_err() {
                     log::error!("an executor thread panicked");
                 }
@@ -224,9 +243,20 @@ impl Executor {
 
 impl Drop for Executor {
     fn drop(&mut self) {
-        // The threads hold senders of their own queue (to hand work to each other), so
-        // they end only on a stop message.
-        self.shut_down(true);
+        // Joins the threads unless a task never ended (a close gave up waiting for it).
+        let idle = self.tracker.in_flight.load(Ordering::Acquire) == 0;
+        self.shut_down(idle);
+    }
+}
+
+impl Job {
+    /// The tasks in this job.
+    fn len(&self) -> usize {
+        match self {
+            Job::Batch(tasks) => tasks.len(),
+            Job::One(_) => 1,
+            Job::Stop => 0,
+        }
     }
 }
 
@@ -247,7 +277,11 @@ impl Tracker {
     }
 
     fn finished(&self, count: usize) {
-        if count > 0 && self.in_flight.fetch_sub(count, Ordering::AcqRel) == count {
+        if count == 0 {
+            return;
+        }
+        let left = self.in_flight.fetch_sub(count, Ordering::SeqCst) - count;
+        if left == 0 || self.waiters.load(Ordering::SeqCst) > 0 {
             let _guard = self.lock.lock();
             self.idle.notify_all();
         }
@@ -255,67 +289,32 @@ impl Tracker {
 }
 
 /// A pool thread's loop: runs the jobs it receives until told to stop.
-fn work(queue: &Receiver<Job>, jobs: &Sender<Job>, tracker: &Arc<Tracker>) {
+fn work(queue: &Receiver<Job>, tracker: &Arc<Tracker>) {
+    RUNNING_FOR.with(|running| running.set(tracker.id()));
     loop {
-        tracker.idle_threads.fetch_add(1, Ordering::AcqRel);
-        let job = queue.recv();
-        tracker.idle_threads.fetch_sub(1, Ordering::AcqRel);
-        match job {
-            Ok(Job::Run(tasks)) => run_batch(tasks, jobs, tracker),
-            Ok(Job::Stop) | Err(_) => return,
-        }
-    }
-}
-
-/// Runs a batch of tasks in order. Before each task, if another thread is idle, hands it
-/// the rest of the batch (see the module's ground rules).
-fn run_batch(mut tasks: Vec<Box<dyn TimerTask>>, jobs: &Sender<Job>, tracker: &Arc<Tracker>) {
-    // Counts the job's tasks finished when it ends, however it ends: also if it unwinds
-    // (the tasks not run yet are then dropped first).
-    let mut finished = Finished {
-        tracker,
-        count: tasks.len(),
-    };
-    let mut at = 0;
-    while at < tasks.len() {
-        let rest = tasks.len() - at - 1;
-        if rest > 0
-            && tracker.idle_threads.load(Ordering::Acquire) > 0
-            && !tracker.stopping.load(Ordering::Acquire)
-        {
-            let handed = tasks.split_off(at + 1);
-            finished.count -= handed.len();
-            if let Err(refused) = jobs.send(Job::Run(handed)) {
-                // The queue outlives every thread that reads it: cannot happen.
-                if let Job::Run(back) = refused.into_inner() {
-                    finished.count += back.len();
-                    tasks.extend(back);
+        match queue.recv() {
+            Ok(Job::Batch(mut tasks)) => {
+                let _finished = Finished {
+                    tracker,
+                    count: tasks.len(),
+                };
+                for task in tasks.drain(..) {
+                    run_task(task);
                 }
+                tracker.recycle(tasks);
             }
+            Ok(Job::One(task)) => {
+                let _finished = Finished { tracker, count: 1 };
+                run_task(task);
+            }
+            Ok(Job::Stop) | Err(_) => break,
         }
-        RUNNING.with(|running| running.set((tracker.id(), finished.count - at)));
-        // `take` would need a default; swapping in a finished placeholder keeps `tasks`
-        // whole for the drop guard.
-        let task = std::mem::replace(&mut tasks[at], Box::new(Done));
-        run_task(task);
-        at += 1;
     }
-    RUNNING.with(|running| running.set((0, 0)));
-    tasks.clear();
-    tracker.recycle(tasks);
+    RUNNING_FOR.with(|running| running.set(0));
 }
 
-/// Stands in the batch for a task that already ran.
-struct Done;
-
-impl TimerTask for Done {
-    fn delay_ms(&self) -> i64 {
-        0
-    }
-    fn run(self: Box<Self>) {}
-}
-
-/// Counts a job's tasks finished when dropped.
+/// Counts a job's tasks finished when dropped: also if the job unwinds, after the tasks not
+/// run yet are dropped.
 struct Finished<'a> {
     tracker: &'a Tracker,
     count: usize,
