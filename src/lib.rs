@@ -136,11 +136,14 @@ mod delayed_operation;
 mod delayed_operation_purgatory;
 mod entry_store;
 mod executor;
+mod future;
 mod mock_timer;
+mod periodic;
 mod reclaim;
 mod sharded_rw_lock;
 mod system_timer;
 mod system_timer_reaper;
+mod ticks;
 mod time;
 mod timer;
 mod timer_task;
@@ -154,9 +157,12 @@ pub use delayed_operation::{Delayed, DelayedOperation};
 pub use delayed_operation_purgatory::{
     DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
 };
+pub use future::{Elapsed, Interval, Sleep, timeout};
 pub use mock_timer::{MockTime, MockTimer};
+pub use periodic::{PeriodicHandle, schedule_periodic};
 pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
 pub use system_timer_reaper::SystemTimerReaper;
+pub use ticks::MissedTicks;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
 pub use timer_task::{FnTask, TimerTask, timer_task};

@@ -6,7 +6,8 @@
 //! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
 //! - [`rng`]: the one seeded random number generator;
-//! - [`sync`]: the executor barrier and guards against hanging tests.
+//! - [`sync`]: the executor barrier and guards against hanging tests;
+//! - [`waker`]: hand-made wakers and a tiny executor for the futures' tests.
 
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -16,6 +17,7 @@ pub(crate) mod logger;
 pub(crate) mod probe;
 pub(crate) mod rng;
 pub(crate) mod sync;
+pub(crate) mod waker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
