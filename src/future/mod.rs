@@ -7,7 +7,7 @@
 //!
 //! # Ground rules
 //!
-//! - A [`Sleep`] owns one timer task at a time, a [`Wake`](sleep) that shares the sleep's
+//! - A [`Sleep`] owns one timer task at a time, a `Wake` that shares the sleep's
 //!   state (an `Arc`) and carries the number of the deadline it was made for. The state is
 //!   one mutex over (current deadline number, elapsed, waker); it is a leaf: no other lock
 //!   is taken under it, no timer is called under it, and no waker is woken under it.

@@ -150,7 +150,8 @@ impl Report {
             config.seed,
         );
         let row = |out: &mut String, what: &str, count: usize, note: &str| {
-            let _ = writeln!(out, "{what:<34}{:>11}  {note}", group(count));
+            let line = format!("{what:<34}{:>11}  {note}", group(count));
+            let _ = writeln!(out, "{}", line.trim_end());
         };
         let _ = writeln!(out, "{:<34}{:>11}", "", "count");
         row(

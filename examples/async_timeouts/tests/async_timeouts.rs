@@ -3,10 +3,10 @@
 
 #[allow(dead_code)]
 #[path = "../src/main.rs"]
-mod async_timeouts;
+mod example;
 
-use async_timeouts::cli::{Command, Config, parse_args};
-use async_timeouts::{is_slow, route, run};
+use example::cli::{Command, Config, parse_args};
+use example::{is_slow, route, run};
 
 /// A run small enough for a debug build on a shared 2-core machine, with both outcomes.
 fn small() -> Config {
