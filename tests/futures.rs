@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::task::Poll;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::PATIENCE;
@@ -289,6 +290,50 @@ fn a_sleep_on_a_real_timer_wakes_a_parked_thread_not_before_its_deadline() {
             "{delay_ms} ms took {took:?}"
         );
     }
+    assert_eq!(timer.size(), 0);
+    timer.close();
+}
+
+/// Threads that reset sleeps around the moment their tasks fire.
+const RESET_THREADS: usize = 4;
+const RESETS_PER_THREAD: usize = 300;
+
+#[test]
+fn resets_racing_expiry_never_complete_early_and_never_lose_the_wake() {
+    let timer = Arc::new(SystemTimerReaper::new(
+        "reset-race-reaper",
+        SystemTimer::builder("reset-race")
+            .executor_threads(2)
+            .build(),
+    ));
+    let completed = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for t in 0..RESET_THREADS {
+            let (timer, completed) = (timer.clone(), &completed);
+            s.spawn(move || {
+                for i in 0..RESETS_PER_THREAD {
+                    let mut sleep = Sleep::new(timer.clone(), 1);
+                    // Lands before, at or after the first deadline: the reset moves a
+                    // waiting task, or follows one that fired (or is on the executor).
+                    thread::sleep(Duration::from_micros(((t * 7 + i) % 4 * 500) as u64));
+                    let delay_ms = 1 + (i % 3) as i64;
+                    let before = Instant::now();
+                    sleep.reset(delay_ms);
+                    block_on(&mut sleep, PATIENCE, "a reset sleep");
+                    let took = before.elapsed();
+                    assert!(
+                        took >= Duration::from_millis(delay_ms as u64),
+                        "{delay_ms} ms: {took:?}"
+                    );
+                    completed.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    assert_eq!(
+        completed.load(Ordering::SeqCst),
+        RESET_THREADS * RESETS_PER_THREAD
+    );
     assert_eq!(timer.size(), 0);
     timer.close();
 }
@@ -596,8 +641,8 @@ fn an_interval_on_a_real_timer_ticks_no_sooner_than_its_periods() {
         "interval-reaper",
         SystemTimer::new("interval"),
     ));
+    let start = Instant::now(); // before the interval's start: a strict lower bound
     let mut interval = Interval::new(timer.clone(), PERIOD_MS, MissedTicks::Burst);
-    let start = Instant::now();
     let ticks = block_on(
         async {
             let mut ticks = Vec::new();

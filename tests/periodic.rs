@@ -329,9 +329,13 @@ fn a_run_may_cancel_its_own_schedule_on_a_pool() {
         !handle.is_active()
     });
     let runs = handle.runs();
+    assert!(runs >= 1);
     thread::sleep(Duration::from_millis(20));
-    assert_eq!(handle.runs(), runs);
-    assert!((1..=2).contains(&runs), "{runs} runs");
+    assert_eq!(
+        handle.runs(),
+        runs,
+        "a run after the schedule cancelled itself"
+    );
     timer.close();
 }
 

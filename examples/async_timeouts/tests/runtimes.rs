@@ -105,8 +105,8 @@ async fn exercise(timer: Arc<dyn Timer>, spawn: Spawn) {
     assert!(start.elapsed() >= Duration::from_millis(20));
 
     // Interval: scheduled times one period apart, never ahead of the real clock.
+    let start = Instant::now(); // before the interval's start: a strict lower bound
     let mut interval = Interval::new(Arc::clone(&timer), PERIOD_MS, MissedTicks::Burst);
-    let start = Instant::now();
     let mut ticks = Vec::new();
     for _ in 0..TICKS {
         ticks.push(interval.tick().await);
