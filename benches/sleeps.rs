@@ -266,8 +266,13 @@ fn by_second(delays: &[Duration], late: &[i64]) -> String {
 
 /// Runs `kind` in a child process (`alone` or `sleeps`); returns its figures.
 fn case(exe: &std::path::Path, kind: &str, phase: &str) -> Vec<f64> {
+    let name = if phase.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}:{phase}")
+    };
     let out = Command::new(exe)
-        .env(CASE_VAR, format!("{kind}:{phase}"))
+        .env(CASE_VAR, name)
         .output()
         .expect("run a case");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -281,6 +286,9 @@ fn case(exe: &std::path::Path, kind: &str, phase: &str) -> Vec<f64> {
 
 /// Runs one phase of one kind, in this process.
 fn run_child(case: &str) {
+    if case == "wheel-alone" {
+        return run_wheel_alone();
+    }
     let (kind, phase) = case.split_once(':').expect("kind:phase");
     let alone = phase == "alone";
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -305,6 +313,38 @@ fn run_child(case: &str) {
     }
 }
 
+/// The wheel's own lateness, without a runtime: the same delays as `timer_task`s that
+/// record when they ran; prints `p50_us p99_us max_us`, and the p99 per second on stderr.
+fn run_wheel_alone() {
+    let sizes = sizes();
+    let delays = delays(sizes, sizes.sleeps);
+    let timer = SystemTimerReaper::new("alone-reaper", SystemTimer::new("alone"));
+    let lateness: Arc<Vec<AtomicI64>> =
+        Arc::new((0..sizes.sleeps).map(|_| AtomicI64::new(0)).collect());
+    let done = Arc::new(AtomicUsize::new(0));
+    for (i, &delay) in delays.iter().enumerate() {
+        let due = Instant::now() + delay;
+        let (lateness, done) = (Arc::clone(&lateness), Arc::clone(&done));
+        timer.add(timingwheel::timer_task(delay, move || {
+            let late = Instant::now().saturating_duration_since(due);
+            lateness[i].store(late.as_micros() as i64, Ordering::Relaxed);
+            done.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    while done.load(Ordering::Relaxed) < sizes.sleeps {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut late: Vec<i64> = lateness.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+    eprintln!(
+        "wheel alone: lateness p99 by delay, per second: {}",
+        by_second(&delays, &late)
+    );
+    late.sort_unstable();
+    let rank = |p: f64| late[((late.len() as f64 * p).ceil() as usize).clamp(1, late.len()) - 1];
+    println!("{} {} {}", rank(0.50), rank(0.99), late[late.len() - 1]);
+    timer.close();
+}
+
 /// What limits each figure, printed under the table.
 const LIMITS: &str = "\
 what limits each figure:
@@ -321,8 +361,8 @@ what limits each figure:
   plus the hand-off from the timer's executor thread to tokio's scheduler. p99 and max are
   set by cascades: when a wheel moves a full upper-level bucket (hundreds of thousands of
   entries) down at once, the expiries due meanwhile wait (the p99 per second of delay, on
-  stderr, shows where). tokio's wheel does the same at its 4 s level; futures-timer's
-  binary heap has no cascade.";
+  stderr, shows where; the wheel alone, with no runtime, shows the same window). tokio's
+  wheel does the same at its 4 s level; futures-timer's binary heap has no cascade.";
 
 /// One kind's figures, net of its tasks.
 struct Figures {
@@ -409,6 +449,13 @@ fn main() {
             wheel.late[2] / other.late[2].max(1.0)
         );
     }
+    let alone = case(&exe, "wheel-alone", "");
+    println!(
+        "the wheel alone (the same delays as timer_tasks, no runtime): lateness p50 {}, p99 {}, max {}",
+        ms(alone[0]),
+        ms(alone[1]),
+        ms(alone[2])
+    );
     println!();
     println!("{LIMITS}");
     let goal = |ok: bool| if ok { "met" } else { "NOT met" };
