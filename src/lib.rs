@@ -49,6 +49,28 @@
 //! nothing sleeps and nothing races. [`SystemTimer::builder`] can also put the real wheel on
 //! a `MockTime`.
 //!
+//! # Async code and periodic schedules
+//!
+//! [`Sleep`], [`timeout`] and [`Interval`] are futures on any `Arc<dyn Timer>`, for any
+//! async runtime: they need nothing but std's [`Waker`](std::task::Waker), which the
+//! timer's executor thread wakes. [`schedule_periodic`] runs a closure every period on the
+//! executor, for threads. Both follow a [`MissedTicks`] policy when they fall behind.
+//!
+//! ```
+//! use std::future::Future;
+//! use std::pin::pin;
+//! use std::sync::Arc;
+//! use std::task::{Context, Poll, Waker};
+//! use timingwheel::{timeout, Elapsed, MockTimer, Timer};
+//!
+//! let timer = Arc::new(MockTimer::new());
+//! let mut cx = Context::from_waker(Waker::noop()); // any runtime's waker will do
+//! let mut request = pin!(timeout(timer.clone(), 100, std::future::pending::<u32>()));
+//! assert_eq!(request.as_mut().poll(&mut cx), Poll::Pending);
+//! timer.advance_clock(100);
+//! assert_eq!(request.as_mut().poll(&mut cx), Poll::Ready(Err(Elapsed)));
+//! ```
+//!
 //! # Delayed operations: Kafka's purgatory
 //!
 //! On top of the timer, [`DelayedOperationPurgatory`] keeps requests that wait for a
@@ -199,14 +221,17 @@
 
 mod channel;
 mod delay;
+mod future;
 mod keyed;
 mod metrics;
 mod mock_timer;
+mod periodic;
 mod purgatory;
 mod rt;
 mod store;
 mod system_timer;
 mod system_timer_reaper;
+mod ticks;
 mod time;
 mod timer;
 mod timer_task;
@@ -216,13 +241,16 @@ mod wheel;
 pub use channel::send_task;
 pub use crossbeam_channel;
 pub use delay::IntoDelayMs;
+pub use future::{Elapsed, Interval, Sleep, timeout};
 pub use keyed::KeyedTimer;
 pub use mock_timer::{MockTime, MockTimer};
+pub use periodic::{PeriodicHandle, schedule_periodic};
 pub use purgatory::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
 };
 pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
 pub use system_timer_reaper::SystemTimerReaper;
+pub use ticks::MissedTicks;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
 pub use timer_task::{FnTask, TimerTask, timer_task};

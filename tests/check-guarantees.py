@@ -2,7 +2,8 @@
 """Run from the repository root: `python3 tests/check-guarantees.py`.
 
 Checks that every `file::name` (or `file::mod::name`) in docs/guarantees.md names a test
-function that exists: `fn name` in tests/file.rs, or else in a src/**/file.rs."""
+function that exists: `fn name` in tests/file.rs, or else in a src/**/file.rs, or else in the
+tests of a workspace member under examples/ (examples/*/tests/file.rs)."""
 import glob, os, re, sys
 doc = open('docs/guarantees.md').read()
 refs = sorted(set(re.findall(r'`([a-z_]+(?:::[a-z_0-9]+)+)(?:\(\))?`', doc)))
@@ -13,7 +14,8 @@ for ref in refs:
     if parts[-1] == '*' or ref == 'file::name':
         continue
     file, name = parts[0], parts[-1]
-    for path in [f'tests/{file}.rs'] + sorted(glob.glob(f'src/**/{file}.rs', recursive=True)):
+    members = sorted(glob.glob(f'examples/*/tests/{file}.rs'))
+    for path in [f'tests/{file}.rs', *sorted(glob.glob(f'src/**/{file}.rs', recursive=True)), *members]:
         if os.path.exists(path):
             src = open(path).read()
             if re.search(r'\bfn ' + re.escape(name) + r'\b', src):

@@ -8,7 +8,8 @@
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
 //! - [`rng`]: the one seeded random number generator;
 //! - [`sync`]: the executor barrier, a driver thread, a gate that holds the executor busy,
-//!   and guards against hanging tests.
+//!   and guards against hanging tests;
+//! - [`waker`]: hand-made wakers and a tiny executor for the futures' tests.
 
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -18,6 +19,7 @@ pub(crate) mod logger;
 pub(crate) mod probe;
 pub(crate) mod rng;
 pub(crate) mod sync;
+pub(crate) mod waker;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};

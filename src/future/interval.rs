@@ -1,0 +1,235 @@
+//! [`Interval`]: ticks every period on the wheel, following a [`MissedTicks`] policy.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crate::ticks::{added_at_ms, probe_clock_ms};
+use crate::{IntoDelayMs, MissedTicks, Sleep, Timer};
+
+/// Ticks every `period_ms` on a timer's clock; the first tick completes at once. The
+/// futures counterpart of [`schedule_periodic`](crate::schedule_periodic).
+///
+/// Each [`tick`](Interval::tick) returns the time the tick was scheduled for, on the
+/// timer's clock: the instant of creation, then one period after another. When the caller
+/// falls a whole period or more behind, [`MissedTicks`] decides what follows (see there;
+/// tokio's `Interval` behaves the same way). One [`Sleep`] serves every tick: its task is
+/// moved from tick to tick, and dropping the `Interval` cancels it.
+///
+/// On a timer that cannot keep the deadline (closed, or full), every tick completes at
+/// once, as a [`Sleep`] does; a loop that ticks should also watch for its own shutdown.
+///
+/// # How it reads the timer's clock
+///
+/// [`Timer`] has no clock accessor: an `Interval` reads "now" from the expiration the timer
+/// gives its task, which is the instant of the `add` or `reschedule` plus the delay, so
+/// `now = expiration - delay`, exactly (a `SystemTimer` rounds that instant up to the next
+/// millisecond: never early). On a `MockTimer` the tick times are therefore exact.
+///
+/// # Examples
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::pin;
+/// use std::sync::Arc;
+/// use std::task::{Context, Poll, Waker};
+/// use timingwheel::{Interval, MissedTicks, MockTimer, Timer};
+///
+/// let timer = Arc::new(MockTimer::new());
+/// let start = timer.time().hi_res_clock_ms();
+/// let mut interval = Interval::new(timer.clone(), 100, MissedTicks::Burst);
+/// let mut cx = Context::from_waker(Waker::noop());
+///
+/// assert_eq!(pin!(interval.tick()).poll(&mut cx), Poll::Ready(start), "at once");
+/// let mut second = Box::pin(interval.tick());
+/// assert_eq!(second.as_mut().poll(&mut cx), Poll::Pending);
+/// timer.advance_clock(100);
+/// assert_eq!(second.as_mut().poll(&mut cx), Poll::Ready(start + 100));
+/// ```
+pub struct Interval {
+    /// Due at `next_tick_ms` (or a little later: see `schedule_after`).
+    sleep: Sleep,
+    /// The time the next tick is scheduled for.
+    next_tick_ms: i64,
+    /// The first tick has not been returned yet: it is due at once.
+    first: bool,
+    period_ms: i64,
+    missed: MissedTicks,
+}
+
+impl Interval {
+    /// Creates an interval that ticks every `period_ms` on `timer`'s clock, the first time
+    /// at once, following `missed` when it falls behind.
+    ///
+    /// The period is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
+    /// [`IntoDelayMs`]).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `period_ms` is zero or negative.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use timingwheel::{Interval, MissedTicks, MockTimer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let heartbeat = Interval::new(timer.clone(), Duration::from_secs(3), MissedTicks::Delay);
+    /// assert_eq!(heartbeat.period_ms(), 3_000);
+    /// assert_eq!(heartbeat.missed_ticks(), MissedTicks::Delay);
+    /// ```
+    #[track_caller]
+    pub fn new(
+        timer: Arc<dyn Timer>,
+        period_ms: impl IntoDelayMs,
+        missed: MissedTicks,
+    ) -> Interval {
+        let period_ms = period_ms.into_delay_ms();
+        assert!(
+            period_ms > 0,
+            "Interval::new: period_ms must be positive, got {period_ms}"
+        );
+        let sleep = Sleep::new(Arc::clone(&timer), period_ms);
+        let start_ms = added_at_ms(sleep.expiration_ms(), period_ms)
+            .unwrap_or_else(|| probe_clock_ms(&*timer));
+        Interval {
+            sleep,
+            next_tick_ms: start_ms,
+            first: true,
+            period_ms,
+            missed,
+        }
+    }
+
+    /// Completes at the next tick, and returns the time that tick was scheduled for, on the
+    /// timer's clock.
+    ///
+    /// Cancel-safe: a pending `tick()` that is dropped (a `select!` that took another
+    /// branch) loses no tick; the next call returns it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Waker};
+    /// use timingwheel::{Interval, MissedTicks, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let start = timer.time().hi_res_clock_ms();
+    /// let mut interval = Interval::new(timer.clone(), 10, MissedTicks::Skip);
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut tick = |interval: &mut Interval| pin!(interval.tick()).poll(&mut cx);
+    ///
+    /// assert_eq!(tick(&mut interval), Poll::Ready(start));
+    /// assert_eq!(tick(&mut interval), Poll::Pending); // dropped while pending: no loss
+    /// timer.advance_clock(35); // ticks 10, 20 and 30 are due: one is returned
+    /// assert_eq!(tick(&mut interval), Poll::Ready(start + 10));
+    /// assert_eq!(tick(&mut interval), Poll::Pending, "Skip: the next one is at 40");
+    /// timer.advance_clock(5);
+    /// assert_eq!(tick(&mut interval), Poll::Ready(start + 40));
+    /// ```
+    pub async fn tick(&mut self) -> i64 {
+        poll_fn(|cx| self.poll_tick(cx)).await
+    }
+
+    /// Polls for the next tick: `Ready` with the time the tick was scheduled for, or
+    /// `Pending`, having registered `cx`'s waker. What [`tick`](Interval::tick) awaits, for
+    /// hand-written futures and streams.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Waker};
+    /// use timingwheel::{Interval, MissedTicks, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let start = timer.time().hi_res_clock_ms();
+    /// let mut interval = Interval::new(timer.clone(), 10, MissedTicks::Burst);
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert_eq!(interval.poll_tick(&mut cx), Poll::Ready(start));
+    /// timer.advance_clock(30); // three ticks behind: Burst returns them all at once
+    /// let ticks: Vec<_> = (0..4).map(|_| interval.poll_tick(&mut cx)).collect();
+    /// assert_eq!(
+    ///     ticks,
+    ///     [Poll::Ready(start + 10), Poll::Ready(start + 20), Poll::Ready(start + 30), Poll::Pending]
+    /// );
+    /// ```
+    pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<i64> {
+        if self.first {
+            self.first = false;
+            let tick_ms = self.next_tick_ms;
+            self.next_tick_ms = tick_ms.saturating_add(self.period_ms);
+            return Poll::Ready(tick_ms);
+        }
+        if Pin::new(&mut self.sleep).poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // Everything changes within this call, before it returns `Ready`: a `tick()`
+        // dropped while pending has changed nothing.
+        let tick_ms = self.next_tick_ms;
+        self.next_tick_ms = self.schedule_after(tick_ms);
+        Poll::Ready(tick_ms)
+    }
+
+    /// Moves the sleep to the tick after `tick_ms`, which is being returned now, and
+    /// returns that tick's time.
+    fn schedule_after(&mut self, tick_ms: i64) -> i64 {
+        // Due a period from now: the reset tells the time of "now".
+        self.sleep.reset(self.period_ms);
+        let now_ms = added_at_ms(self.sleep.expiration_ms(), self.period_ms)
+            .unwrap_or_else(|| probe_clock_ms(self.sleep.timer()));
+        let next_ms = self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms);
+        if next_ms != self.sleep.expiration_ms() {
+            // Burst's catch-up ticks are due now: a delay <= 0 fires at once.
+            self.sleep.reset(next_ms.saturating_sub(now_ms));
+        }
+        next_ms
+    }
+
+    /// Returns the period, in milliseconds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Interval, MissedTicks, MockTimer};
+    ///
+    /// let interval = Interval::new(Arc::new(MockTimer::new()), 250, MissedTicks::Burst);
+    /// assert_eq!(interval.period_ms(), 250);
+    /// ```
+    pub fn period_ms(&self) -> i64 {
+        self.period_ms
+    }
+
+    /// Returns the policy for missed ticks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Interval, MissedTicks, MockTimer};
+    ///
+    /// let interval = Interval::new(Arc::new(MockTimer::new()), 250, MissedTicks::Skip);
+    /// assert_eq!(interval.missed_ticks(), MissedTicks::Skip);
+    /// ```
+    pub fn missed_ticks(&self) -> MissedTicks {
+        self.missed
+    }
+}
+
+impl fmt::Debug for Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Interval")
+            .field("next_tick_ms", &self.next_tick_ms)
+            .field("period_ms", &self.period_ms)
+            .field("missed", &self.missed)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,35 @@
+//! Futures on the wheel, for any async runtime: [`Sleep`], [`timeout`] and [`Interval`].
+//!
+//! They need nothing but std's [`Waker`](std::task::Waker): the timer's executor thread
+//! wakes the task that last polled a future when its task expires, whatever runtime that
+//! task lives on (tokio's current-thread or multi-thread scheduler, smol, async-std,
+//! `futures::executor`). No runtime is a dependency of this crate.
+//!
+//! # Ground rules
+//!
+//! - A [`Sleep`] owns one timer task at a time, a `Wake` that shares the sleep's
+//!   state (an `Arc`) and carries the number of the deadline it was made for. The state is
+//!   one mutex over (current deadline number, elapsed, waker); it is a leaf: no other lock
+//!   is taken under it, no timer is called under it, and no waker is woken under it.
+//! - A `Wake` fires when it is dropped: after it ran on the executor (its `run` just drops
+//!   it), or when a closed timer drops it unrun. Firing sets "elapsed" and wakes the stored
+//!   waker, but only if the wake's deadline number is still the sleep's: a wake for an old
+//!   deadline changes nothing. So a sleep completes when its deadline passes, or at once
+//!   when its timer can no longer keep the deadline (closed, or full).
+//! - `reset` first moves the pending task with [`Timer::reschedule`](crate::Timer::reschedule)
+//!   (same task, same deadline number: exactly once holds). Only when that fails, because the
+//!   task already fired or was handed to the executor, does it number a new deadline, clear
+//!   "elapsed", cancel the old task and add a new one; the old one, if it still runs, is
+//!   ignored.
+//! - Dropping a sleep numbers a new deadline (no lock: one atomic add) before it cancels its
+//!   task, so that the cancelled task's drop wakes nobody.
+//! - Timers are called with no lock of this module held: a `MockTimer` runs a task whose
+//!   delay is <= 0 inside `add` or `reschedule`, on the calling thread.
+
+mod interval;
+mod sleep;
+mod timeout;
+
+pub use interval::Interval;
+pub use sleep::Sleep;
+pub use timeout::{Elapsed, timeout};

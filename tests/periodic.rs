@@ -1,0 +1,360 @@
+//! `schedule_periodic` and `PeriodicHandle`: the schedule and its missed-tick policies on a
+//! `MockTimer` (every run's time checked exactly), then cancel, close, panics and overlap
+//! on `SystemTimer`s with executor pools, counting every run.
+
+mod common;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::PATIENCE;
+use common::logger;
+use common::sync::eventually;
+use timingwheel::{
+    MissedTicks, MockTimer, PeriodicHandle, SystemTimer, SystemTimerReaper, Timer,
+    schedule_periodic,
+};
+
+/// A mock timer, and a schedule on it that records the clock (relative to its start) at
+/// every run; each of the first `overruns` runs moves the clock by `overrun_ms` itself (a
+/// slow run).
+fn recorded(
+    period_ms: i64,
+    missed: MissedTicks,
+    overrun_ms: i64,
+    overruns: usize,
+) -> (Arc<MockTimer>, PeriodicHandle, Arc<Mutex<Vec<i64>>>) {
+    let timer = Arc::new(MockTimer::new());
+    let start = timer.time().hi_res_clock_ms();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (time, runs) = (timer.time().clone(), log.clone());
+    let handle = schedule_periodic(timer.clone(), period_ms, missed, move || {
+        let mut runs = runs.lock().unwrap();
+        runs.push(time.hi_res_clock_ms() - start);
+        if runs.len() <= overruns {
+            time.sleep(overrun_ms);
+        }
+    });
+    (timer, handle, log)
+}
+
+/// Drives `timer` one millisecond at a time until `until_ms` after its start, running
+/// what is due at each step (also what came due during a run that moved the clock).
+fn drive(timer: &MockTimer, start: i64, until_ms: i64) {
+    loop {
+        if timer.advance_clock(0) {
+            continue;
+        }
+        if timer.time().hi_res_clock_ms() - start >= until_ms {
+            return;
+        }
+        timer.advance_clock(1);
+    }
+}
+
+fn taken(log: &Mutex<Vec<i64>>) -> Vec<i64> {
+    std::mem::take(&mut *log.lock().unwrap())
+}
+
+/// A pool of `threads` executor threads driven by a reaper.
+fn pool(name: &str, threads: usize) -> Arc<SystemTimerReaper> {
+    let timer = SystemTimer::builder(name).executor_threads(threads).build();
+    Arc::new(SystemTimerReaper::new(&format!("{name}-reaper"), timer))
+}
+
+#[test]
+fn runs_every_period_from_one_period_after_the_call() {
+    let (timer, handle, log) = recorded(100, MissedTicks::Burst, 0, 0);
+    for _ in 0..5 {
+        timer.advance_clock(99);
+        timer.advance_clock(1);
+    }
+    assert_eq!(taken(&log), [100, 200, 300, 400, 500]);
+    assert_eq!(handle.runs(), 5);
+    assert_eq!(timer.size(), 1, "one pending task at a time");
+}
+
+#[test]
+fn after_a_stall_burst_catches_up_and_delay_and_skip_do_not() {
+    // Ticks due at 100, 200, ...; nothing drives the timer until 350.
+    let expected: [(MissedTicks, &[i64]); 3] = [
+        (MissedTicks::Burst, &[350, 350, 350, 400, 500]),
+        (MissedTicks::Delay, &[350, 450, 550]),
+        (MissedTicks::Skip, &[350, 400, 500]),
+    ];
+    for (policy, runs) in expected {
+        let (timer, _handle, log) = recorded(100, policy, 0, 0);
+        let start = timer.time().hi_res_clock_ms();
+        timer.advance_clock(350);
+        drive(&timer, start, 550);
+        assert_eq!(taken(&log), runs, "{policy:?}");
+    }
+}
+
+#[test]
+fn runs_longer_than_the_period_miss_ticks_and_the_policy_decides_what_follows() {
+    // The first three runs take 250 ms each, of a 100 ms period; the rest take no time.
+    let expected: [(MissedTicks, &[i64]); 3] = [
+        // Back to back, then the ticks it fell behind on (400-800) at once, then on time.
+        (
+            MissedTicks::Burst,
+            &[100, 350, 600, 850, 850, 850, 850, 850, 900, 1000],
+        ),
+        // Each late tick runs once, and the next is a period after it started.
+        (MissedTicks::Delay, &[100, 350, 600, 850, 950]),
+        // Each late tick runs once, and the next is the next one of the original schedule.
+        (MissedTicks::Skip, &[100, 350, 600, 850, 900, 1000]),
+    ];
+    for (policy, runs) in expected {
+        let (timer, handle, log) = recorded(100, policy, 250, 3);
+        let start = timer.time().hi_res_clock_ms();
+        drive(&timer, start, 1_000);
+        assert_eq!(taken(&log), runs, "{policy:?}");
+        assert!(handle.cancel());
+    }
+}
+
+#[test]
+fn cancel_returns_true_only_while_the_schedule_is_active() {
+    let timer = Arc::new(MockTimer::new());
+    let handle = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || {});
+    let clone = handle.clone();
+    assert!(handle.is_active());
+    assert!(clone.cancel());
+    assert!(!handle.cancel());
+    assert!(!handle.is_active());
+
+    let closed = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || {});
+    timer.close();
+    assert!(!closed.is_active(), "its timer closed");
+    assert!(!closed.cancel());
+    let never = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || unreachable!());
+    assert!(!never.is_active(), "a closed timer refuses the first tick");
+    assert_eq!(never.runs(), 0);
+}
+
+#[test]
+fn cancel_drops_the_pending_task_and_the_closure_at_once() {
+    struct DropFlag(Arc<AtomicBool>);
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let timer = Arc::new(MockTimer::new());
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = DropFlag(dropped.clone());
+    let handle = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, move || {
+        let _keep = &flag;
+    });
+    timer.advance_clock(10);
+    assert_eq!(timer.size(), 1);
+    assert!(handle.cancel());
+    assert_eq!(timer.size(), 0);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the closure was dropped inside cancel"
+    );
+    timer.advance_clock(100);
+    assert_eq!(handle.runs(), 1);
+}
+
+#[test]
+fn dropping_every_handle_does_not_end_the_schedule() {
+    let timer = Arc::new(MockTimer::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    drop(schedule_periodic(
+        timer.clone(),
+        10,
+        MissedTicks::Burst,
+        move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        },
+    ));
+    timer.advance_clock(30);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    timer.close();
+    timer.advance_clock(30);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_panicking_run_ends_the_schedule() {
+    // MockTimer: the panic reaches the caller of advance_clock.
+    let timer = Arc::new(MockTimer::new());
+    let handle = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || panic!("boom"));
+    let caught = catch_unwind(AssertUnwindSafe(|| timer.advance_clock(10)));
+    assert!(caught.is_err());
+    assert!(!handle.is_active());
+    assert_eq!((handle.runs(), timer.size()), (0, 0));
+    assert!(!handle.cancel());
+
+    // SystemTimer: its executor logs the panic; the schedule ends, the executor goes on.
+    logger::install();
+    let timer = pool("periodic-panic", 1);
+    let handle = schedule_periodic(timer.clone(), 1, MissedTicks::Burst, || {
+        panic!("periodic run panicked on purpose")
+    });
+    eventually(PATIENCE, "the schedule to end", || !handle.is_active());
+    assert_eq!(
+        logger::errors_containing("periodic run panicked on purpose").len(),
+        1
+    );
+    assert_eq!(timer.size(), 0);
+    timer.close();
+}
+
+#[test]
+#[should_panic(expected = "schedule_periodic: period_ms must be positive, got 0")]
+fn a_zero_period_panics_naming_the_argument() {
+    schedule_periodic(Arc::new(MockTimer::new()), 0, MissedTicks::Burst, || {});
+}
+
+#[test]
+fn a_negative_period_panic_points_at_the_caller() {
+    let location = Arc::new(Mutex::new(None));
+    let seen = location.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // Other tests of this binary panic on purpose meanwhile.
+        if info
+            .payload_as_str()
+            .unwrap_or_default()
+            .contains("period_ms")
+        {
+            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
+        }
+    }));
+    let result = catch_unwind(|| {
+        schedule_periodic(Arc::new(MockTimer::new()), -7, MissedTicks::Skip, || {});
+    });
+    std::panic::set_hook(previous);
+    let message = result.unwrap_err();
+    let message = message.downcast_ref::<String>().unwrap();
+    assert_eq!(
+        message,
+        "schedule_periodic: period_ms must be positive, got -7"
+    );
+    assert_eq!(location.lock().unwrap().as_deref(), Some(file!()));
+}
+
+/// Schedules that each record whether two of their runs ever overlapped.
+const SCHEDULES: usize = 4;
+const EXECUTOR_THREADS: usize = 4;
+const STRESS_FOR: Duration = Duration::from_millis(600);
+
+#[test]
+fn runs_never_overlap_on_a_pool_of_executor_threads() {
+    let timer = pool("periodic-overlap", EXECUTOR_THREADS);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..SCHEDULES)
+        .map(|i| {
+            let running = AtomicBool::new(false);
+            let overlaps = overlaps.clone();
+            // Runs of 0-3 ms on a 1 ms period: the next tick is often due during a run.
+            let missed = [MissedTicks::Burst, MissedTicks::Delay, MissedTicks::Skip][i % 3];
+            let mut n = 0u64;
+            schedule_periodic(timer.clone(), 1, missed, move || {
+                if running.swap(true, Ordering::SeqCst) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                n += 1;
+                thread::sleep(Duration::from_micros(n % 4 * 1_000));
+                running.store(false, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    thread::sleep(STRESS_FOR);
+    for handle in &handles {
+        assert!(handle.cancel());
+        assert!(
+            handle.runs() >= 10,
+            "a schedule barely ran: {}",
+            handle.runs()
+        );
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    timer.close();
+}
+
+#[test]
+fn no_run_starts_after_cancel_returns() {
+    const ROUNDS: u64 = 40;
+    let timer = pool("periodic-cancel", EXECUTOR_THREADS);
+    for round in 0..ROUNDS {
+        let started = Arc::new(AtomicU64::new(0));
+        let finished = Arc::new(AtomicU64::new(0));
+        let (s, f) = (started.clone(), finished.clone());
+        let handle = schedule_periodic(timer.clone(), 1, MissedTicks::Burst, move || {
+            s.fetch_add(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_micros(300));
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+        thread::sleep(Duration::from_micros(500 * (round % 8)));
+        assert!(handle.cancel());
+        let at_cancel = started.load(Ordering::SeqCst);
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            at_cancel,
+            "a run still in progress"
+        );
+        assert_eq!(handle.runs(), at_cancel);
+        thread::sleep(Duration::from_millis(5));
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            at_cancel,
+            "a run started after cancel"
+        );
+    }
+    assert_eq!(timer.size(), 0);
+    timer.close();
+}
+
+#[test]
+fn a_run_may_cancel_its_own_schedule_on_a_pool() {
+    let timer = pool("periodic-self", EXECUTOR_THREADS);
+    let slot: Arc<Mutex<Option<PeriodicHandle>>> = Arc::default();
+    let own = slot.clone();
+    let handle = schedule_periodic(timer.clone(), 1, MissedTicks::Burst, move || {
+        if let Some(handle) = own.lock().unwrap().take() {
+            assert!(handle.cancel(), "cancelled from inside its own run");
+        }
+    });
+    *slot.lock().unwrap() = Some(handle.clone());
+    eventually(PATIENCE, "the schedule to cancel itself", || {
+        !handle.is_active()
+    });
+    let runs = handle.runs();
+    assert!(runs >= 1);
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        handle.runs(),
+        runs,
+        "a run after the schedule cancelled itself"
+    );
+    timer.close();
+}
+
+#[test]
+fn closing_the_timer_during_a_run_ends_the_schedule_after_that_run() {
+    let timer = pool("periodic-close", 2);
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let handle = schedule_periodic(timer.clone(), 1, MissedTicks::Burst, move || {
+        let _ = entered_tx.send(());
+        thread::sleep(Duration::from_millis(50));
+    });
+    entered.recv_timeout(PATIENCE).unwrap();
+    let start = Instant::now();
+    timer.close(); // waits for the run in progress
+    assert!(start.elapsed() < PATIENCE);
+    assert!(!handle.is_active());
+    let runs = handle.runs();
+    assert!(runs >= 1);
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(handle.runs(), runs);
+    assert!(!handle.cancel());
+}
