@@ -101,6 +101,22 @@ pub trait Timer: Send + Sync {
 
     /// Waits up to `timeout_ms` for a bucket to expire, then advances the wheel and hands
     /// every expired task to the executor. Returns true if a bucket was flushed.
+    ///
+    /// # What the return value says
+    ///
+    /// As in Kafka, true means a bucket (here, a list) was flushed, not that a task ran:
+    ///
+    /// - it can be true with nothing newly due: a [`SystemTimer`](crate::SystemTimer) moves
+    ///   the entries of coarser buckets down ahead of time, and goes on with a flush that an
+    ///   earlier call left unfinished before it waits for anything (see its "Flushing in
+    ///   chunks");
+    /// - it is false once `timeout_ms` passed with nothing due, and earlier only if the
+    ///   timer is or gets closed (a thread blocked here wakes and returns false), or if the
+    ///   timer does not wait at all, as a [`MockTimer`](crate::MockTimer), whose
+    ///   `advance_clock` moves its clock instead.
+    ///
+    /// So the driving loop is Kafka's `while (running) timer.advanceClock(200)`: the value
+    /// is for statistics, not for deciding whether tasks are left.
     fn advance_clock(&self, timeout_ms: i64) -> bool;
 
     /// Returns the number of tasks added and neither expired nor cancelled.

@@ -513,3 +513,66 @@ fn advance_clock_sleeps_near_the_end_of_the_clocks_range() {
     assert!(timer.advance_clock(0), "the task's list is due now");
     timer.close();
 }
+
+/// `advance_clock` returns true when a list was flushed, not when a task ran: the first
+/// half of a coarser bucket moves down ahead of time, a flush that runs nothing.
+#[test]
+fn advance_clock_can_return_true_with_no_task_newly_due() {
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("flush-ahead")
+        .time(time.clone())
+        .build();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    // 300 ms: a bucket of the second wheel (20 ms buckets), whose early list moves down
+    // 10 ms before the bucket's range begins.
+    timer.add(timer_task(300, move || r.store(true, Ordering::SeqCst)));
+    let mut flushed_before_it_ran = 0;
+    for _ in 0..300 {
+        time.sleep(1);
+        let flushed = timer.advance_clock(0);
+        common::sync::barrier(&timer);
+        if flushed && !ran.load(Ordering::SeqCst) {
+            flushed_before_it_ran += 1;
+        }
+    }
+    assert!(ran.load(Ordering::SeqCst), "due at 300 ms");
+    assert!(
+        flushed_before_it_ran >= 1,
+        "no call returned true before the task was due"
+    );
+}
+
+/// With nothing due, `advance_clock` returns false no earlier than its timeout (real
+/// clock: a strict lower bound, a loose upper one).
+#[test]
+fn advance_clock_with_nothing_due_returns_false_no_earlier_than_its_timeout() {
+    let timer = SystemTimer::new("idle-poll");
+    timer.add(timer_task(60_000, || {}));
+    let start = Instant::now();
+    assert!(!timer.advance_clock(50));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(50),
+        "returned after {waited:?}"
+    );
+    assert!(waited < PATIENCE, "returned after {waited:?}");
+}
+
+/// Entries that enter a bucket together in one shard (one adding thread), none cancelled,
+/// come out in the order they entered; on one executor thread they run in that order.
+#[test]
+fn tasks_one_thread_adds_together_run_in_the_order_it_added_them() {
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("order").time(time.clone()).build();
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for i in 0..1_000 {
+        let ran = ran.clone();
+        timer.add(timer_task(500, move || ran.lock().unwrap().push(i)));
+    }
+    time.sleep(500);
+    while timer.advance_clock(0) {}
+    common::sync::barrier(&timer);
+    let ran = ran.lock().unwrap();
+    assert_eq!(*ran, (0..1_000).collect::<Vec<_>>());
+}

@@ -70,6 +70,28 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// timer.close();
 /// ```
 ///
+/// # Order of tasks due together
+///
+/// Tasks due in the same millisecond run in no promised order. Kafka's bucket keeps its
+/// entries in insertion order; here a bucket's entries are kept per shard (adding threads
+/// are spread over shards) and flushed shard by shard, a cancel moves the last entry of
+/// its list into the hole it leaves, and an entry that moved down from a coarser wheel
+/// joins a finer bucket after the entries added to it directly. Within one shard and with
+/// no cancels, entries that entered a bucket together come out in the order they entered.
+/// With [`executor_threads`](SystemTimerBuilder::executor_threads) above 1, tasks due
+/// together also run concurrently.
+///
+/// # Flushing in chunks
+///
+/// Kafka moves a bucket's entries down when the bucket's range begins, all at once, under
+/// the write lock. Here a bucket above the lowest wheel has two lists, and the first half
+/// of its range moves down half a bucket early; a flush re-adds its entries a chunk of 512
+/// at a time under one shard's lock, most urgent flush first, and one `advance_clock`
+/// call re-adds at most 8,192 entries of flushes that are not yet urgent, leaving the rest
+/// to the next call. So [`advance_clock`](Timer::advance_clock) can return true with no
+/// task newly due (see its docs), and a million timers expiring together hold up neither
+/// the threads that add nor the tasks that are due.
+///
 /// # Differences from Kafka
 ///
 /// - Expirations are computed from the instant `add` is called, rounded *up* to the next
