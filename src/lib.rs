@@ -226,6 +226,7 @@ mod keyed;
 mod metrics;
 mod mock_timer;
 mod periodic;
+mod prefetch;
 mod purgatory;
 mod rt;
 mod store;

@@ -23,6 +23,7 @@ use super::region::Region;
 use super::ring::{Block, Loc, Rings};
 use super::slab::{EntryKey, Slot, Slots};
 use crate::TimerTask;
+use crate::prefetch::prefetch;
 
 /// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
 /// without the task).
@@ -164,13 +165,16 @@ impl ShardState {
                 expiration_ms: 0,
             });
         }
+        // Each slot is likely a cache and TLB miss: asked for all at once, they overlap.
+        for entry in &entries {
+            prefetch(self.slots.get(entry.index));
+        }
         for entry in &mut entries {
-            let slot = self.slots.get_mut(entry.index);
-            entry.expiration_ms = slot.expiration_ms();
-            slot.set_loc(Loc::UNLISTED);
+            entry.expiration_ms = self.slots.get(entry.index).expiration_ms();
         }
         let count = entries.len();
         for entry in entries.drain(..) {
+            self.slots.get_mut(entry.index).set_loc(Loc::UNLISTED);
             f(self, entry);
         }
         self.flushed = entries;

@@ -137,6 +137,11 @@ impl Slots {
             .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
     }
 
+    /// Returns the slot `index`.
+    pub(crate) fn get(&self, index: u32) -> &Slot {
+        self.0.get(index)
+    }
+
     /// Returns the slot `index`, mutably.
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut Slot {
         self.0.get_mut(index)

@@ -85,7 +85,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 ///
 /// Kafka moves a bucket's entries down when the bucket's range begins, all at once, under
 /// the write lock. Here a bucket above the lowest wheel has two lists, and the first half
-/// of its range moves down half a bucket early; a flush re-adds its entries a chunk of 512
+/// of its range moves down half a bucket early; a flush re-adds its entries a chunk of 64
 /// at a time under one shard's lock, most urgent flush first, and one `advance_clock`
 /// call re-adds at most 8,192 entries of flushes that are not yet urgent, leaving the rest
 /// to the next call. So [`advance_clock`](Timer::advance_clock) can return true with no
@@ -323,9 +323,11 @@ impl SystemTimer {
             let counts = &mut read.parts().1.counts;
             counts.added += 1;
             counts.expired += 1;
-            // Still under the read lock, so a concurrent `close` waits for this hand-over
-            // and then for the task.
-            self.executor.submit_batch(vec![task]);
+            // Counted under the read lock, so a concurrent `close` waits for the task; sent
+            // once the lock is released (see `Executor::hand_over`).
+            let handover = self.executor.hand_over(vec![task]);
+            drop(read);
+            handover.send();
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
         if !self.reserve_pending() {
@@ -358,7 +360,9 @@ impl SystemTimer {
             return TimerTaskEntry::pending(read.shard(), key, expiration_ms);
         }
         read.publish_len();
-        self.executor.submit_batch(expired);
+        let handover = self.executor.hand_over(expired);
+        drop(read);
+        handover.send();
         TimerTaskEntry::expired(expiration_ms)
     }
 
@@ -463,7 +467,9 @@ impl Timer for SystemTimer {
         entry.set_expiration(state, expiration_ms);
         if !expired.is_empty() {
             read.publish_len();
-            self.executor.submit_batch(expired);
+            let handover = self.executor.hand_over(expired);
+            drop(read);
+            handover.send();
         }
         true
     }
