@@ -33,6 +33,7 @@
 //!   TIMINGWHEEL_LOAD_RUNS=5 cargo bench -p timingwheel-benches --bench load
 //! cargo bench -p timingwheel-benches --bench load_mimalloc   # the same, on mimalloc
 //! TIMINGWHEEL_LOAD_DETAIL=1 ...                               # worst lateness per 1/20 of the run
+//! TIMINGWHEEL_LOAD_WHEEL_SIZE=512 ...                         # the wheel with another size
 //! TIMINGWHEEL_BENCH_QUICK=1 ...                               # N = 10^4, one run: seconds
 //! ```
 
@@ -425,7 +426,17 @@ fn child(case: &str) {
         parts[3] == "driven",
     );
     let outcome = match timer {
-        "wheel" => run_case(|| SystemTimer::new("load"), n, kind, driven),
+        "wheel" => run_case(
+            || match std::env::var("TIMINGWHEEL_LOAD_WHEEL_SIZE") {
+                Ok(size) => SystemTimer::builder("load")
+                    .wheel_size(size.parse().expect("a wheel size"))
+                    .build(),
+                Err(_) => SystemTimer::new("load"),
+            },
+            n,
+            kind,
+            driven,
+        ),
         "btree" => run_case(BTreeTimer::new, n, kind, driven),
         "tokio-util" => run_case(TokioTimer::new, n, kind, driven),
         other => panic!("unknown timer {other}"),
