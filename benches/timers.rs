@@ -8,6 +8,13 @@
 //! timers a chunk added are cancelled again, so the population stays within a few percent
 //! of N. Nothing is driven during the timed part, so nothing expires.
 //!
+//! `add_parts` splits the wheel's add at 10^6 pending (issue 15, goal 5) into what can be
+//! timed on its own: the clock read `add` makes (an `Instant` against a fixed origin), the
+//! task's `Box` (allocated and freed on this thread), one uncontended `parking_lot` mutex
+//! lock and unlock (an add takes one: its stripe of the store), `add` of a task boxed
+//! beforehand, untimed, and `cancel` alone. What `add` costs beyond the clock and the lock
+//! is the store's slot, the wheel's bucket and ring.
+//!
 //! `cargo bench -p timingwheel-benches --bench timers` for everything; `TIMINGWHEEL_BENCH_QUICK=1` for a reduced
 //! set that runs in seconds.
 
@@ -270,8 +277,93 @@ fn bench_threaded_kind<T: BenchTimer>(
     drop(pending);
 }
 
+/// Times `iters` of `op` in chunks of `chunk`, with `prepare` (untimed) before each chunk and
+/// `finish` (untimed) after it.
+fn time_chunked<S>(
+    iters: u64,
+    chunk: usize,
+    mut prepare: impl FnMut(usize) -> S,
+    mut op: impl FnMut(&mut S),
+    mut finish: impl FnMut(S),
+) -> Duration {
+    let mut left = iters as usize;
+    let mut spent = Duration::ZERO;
+    while left > 0 {
+        let k = left.min(chunk);
+        let mut state = prepare(k);
+        let start = Instant::now();
+        for _ in 0..k {
+            op(&mut state);
+        }
+        spent += start.elapsed();
+        finish(state);
+        left -= k;
+    }
+    spent
+}
+
+/// The parts of the wheel's `add` (see the module docs).
+fn bench_add_parts(c: &mut Criterion, delays: &[i64]) {
+    let n = if quick() { 10_000 } else { 1_000_000 };
+    let (timer, pending) = populated(|| SystemTimer::new("bench"), n, delays);
+    let chunk = chunk(n);
+    let mut at = n;
+    let mut group = c.benchmark_group("add_parts");
+    let origin = Instant::now();
+    group.bench_function("clock", |b| b.iter(|| black_box(origin.elapsed())));
+    group.bench_function("box", |b| {
+        b.iter(|| drop(black_box(task(black_box(30_000)))));
+    });
+    let lock = parking_lot::Mutex::new(0u64);
+    group.bench_function("mutex", |b| b.iter(|| *black_box(&lock).lock() += 1));
+    group.bench_function("add_boxed_before", |b| {
+        b.iter_custom(|iters| {
+            time_chunked(
+                iters,
+                chunk,
+                |k| {
+                    let tasks: Vec<_> = (0..k)
+                        .map(|i| task(delays[(at + i) % DELAY_TABLE]))
+                        .collect();
+                    at += k;
+                    (tasks.into_iter(), Vec::with_capacity(k))
+                },
+                |(tasks, handles)| handles.push(timer.add(tasks.next().expect("one per add"))),
+                |(_, handles)| {
+                    for handle in handles {
+                        black_box(handle.cancel());
+                    }
+                },
+            )
+        })
+    });
+    group.bench_function("cancel", |b| {
+        b.iter_custom(|iters| {
+            time_chunked(
+                iters,
+                chunk,
+                |k| {
+                    let handles: Vec<_> = (0..k)
+                        .map(|i| timer.add(task(delays[(at + i) % DELAY_TABLE])))
+                        .collect();
+                    at += k;
+                    (handles, 0)
+                },
+                |(handles, next)| {
+                    black_box(handles[*next].cancel());
+                    *next += 1;
+                },
+                drop,
+            )
+        })
+    });
+    group.finish();
+    drop(pending);
+}
+
 fn benches(c: &mut Criterion) {
     let delays = delays(DELAY_TABLE, 1, 30_000);
+    bench_add_parts(c, &delays);
     bench_kind(c, "wheel", || SystemTimer::new("bench"), &delays);
     bench_kind(c, "heap", HeapTimer::new, &delays);
     bench_kind(c, "btree", BTreeTimer::new, &delays);

@@ -102,6 +102,10 @@ pub(crate) trait BenchTimer: Send + Sync {
     }
     /// Tasks pending.
     fn size(&self) -> usize;
+    /// Bytes the timer maps itself, outside the global allocator (the wheel's storage).
+    fn storage_bytes(&self) -> usize {
+        0
+    }
     /// Waits up to `timeout_ms` for something to expire and runs (or hands over) whatever
     /// did. True if anything expired.
     fn advance_clock(&self, timeout_ms: i64) -> bool;
@@ -122,6 +126,9 @@ impl BenchTimer for SystemTimer {
     }
     fn size(&self) -> usize {
         Timer::size(self)
+    }
+    fn storage_bytes(&self) -> usize {
+        SystemTimer::storage_bytes(self)
     }
 }
 
