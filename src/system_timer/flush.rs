@@ -14,22 +14,21 @@
 //! - Flushes run most urgent first: by the time the earliest entry of each detached list
 //!   may be due. A flush whose entries are still far from due may be left unfinished in
 //!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] such entries; the next call
-//!   goes on with it before it waits for anything. Lowest-level lists, whose entries are
+//!   goes on with it after a pause (below). Lowest-level lists, whose entries are
 //!   due, and flushes past half of their lead, always finish within the call.
 //! - `unfinished` is a leaf mutex: taken alone, at the start and the end of a call.
 //!
-//! # Yielding after a hand-over
+//! # Pausing between budgets
 //!
-//! After a chunk that handed tasks to the executor, if more flushing is left, the driver
-//! yields its processor once (`std::thread::yield_now`). Linux tends to queue a woken
-//! thread on the waker's processor; `perf sched timehist` of the load bench (10^6 timers
-//! over 1 s, 2 processors) showed the pool thread runnable for 4.0 ms behind the driver,
-//! which was re-adding the 150,000-200,000 entries of a level-3 list, while the other
-//! processor sat idle. Tasks due in the 10-25 ms after each such flush began ran 3-5 ms
-//! late, though the driver had handed them over on time. With the yield, the pool runs
-//! at once: p99 lateness 1.25-1.45 ms against 2.6-3.8 ms in the same bench (10^6 timers),
-//! 1.4-1.5 ms against 3.4-4.4 ms (10^7), for one `sched_yield` per chunk that expired
-//! something, which returns at once when nothing else waits for the processor.
+//! A call that leaves a flush unfinished returns, and the next call waits up to
+//! [`FLUSH_PAUSE_MS`] for a due list before it goes on with the flush. Without the pause
+//! the driver re-added a level-3 list (150,000-200,000 entries with 10^6 timers a second)
+//! in one stretch of 10-14 ms. Linux tends to queue a woken thread on its waker's
+//! processor: `perf sched timehist` of the load bench (2 processors) showed the executor
+//! thread runnable for 4.0 ms behind the driver while the other processor sat idle, and
+//! tasks due in the 10-25 ms after each such flush began ran 3-5 ms late although the
+//! driver had handed them over on time. The pause lets whatever waits for the driver's
+//! processor run; a flush of 200,000 entries then takes ~25 ms of its 100 ms of slack.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
@@ -51,6 +50,10 @@ const FLUSH_CHUNK: usize = 64;
 /// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
 /// it returns, leaving the rest to the next call.
 const FLUSH_BUDGET: usize = 8 * 1024;
+
+/// How long, at most, a call waits for a due list before it goes on with a flush an
+/// earlier call left unfinished (see "Pausing between budgets").
+pub(super) const FLUSH_PAUSE_MS: i64 = 1;
 
 /// How a flush is cut up: entries per lock hold, and entries of not-yet-urgent flushes per
 /// `advance_clock` call.
@@ -174,7 +177,7 @@ impl SystemTimer {
                     .extend(flushes.into_iter().map(|Reverse(f)| f));
                 return true;
             }
-            let Some((count, done, handed)) = self.flush_chunk(&mut flush) else {
+            let Some((count, done)) = self.flush_chunk(&mut flush) else {
                 return flushed;
             };
             flushed = true;
@@ -183,10 +186,6 @@ impl SystemTimer {
             }
             if !done {
                 flushes.push(Reverse(flush));
-            }
-            if handed && !flushes.is_empty() {
-                // More to flush after waking the pool: let it run first (module docs).
-                std::thread::yield_now();
             }
         }
     }
@@ -233,10 +232,9 @@ impl SystemTimer {
     /// Re-adds up to a chunk of entries of `flush`, one stripe at a time, handing the
     /// expired ones to the executor. Returns how many it re-added and whether the flush is
     /// done, or `None` if the timer is closed.
-    fn flush_chunk(&self, flush: &mut Flush) -> Option<(usize, bool, bool)> {
+    fn flush_chunk(&self, flush: &mut Flush) -> Option<(usize, bool)> {
         let chunk = self.flusher.chunking.chunk;
         let mut count = 0;
-        let mut handed = false;
         while flush.stripe < self.timing_wheel.stripes() {
             let mut read = self.timing_wheel.read_urgent(flush.stripe);
             if self.is_closed() {
@@ -251,16 +249,15 @@ impl SystemTimer {
             // `close` waits for these tasks too, and once `size()` no longer counts them;
             // sent once the lock is released.
             read.publish_len();
-            handed |= !expired.is_empty();
             let handover = self.executor.hand_over(expired);
             drop(read);
             handover.send();
             if count == chunk {
-                return Some((count, false, handed));
+                return Some((count, false));
             }
             flush.stripe += 1;
         }
-        Some((count, true, handed))
+        Some((count, true))
     }
 }
 

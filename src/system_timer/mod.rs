@@ -479,9 +479,11 @@ impl Timer for SystemTimer {
         if self.is_closed() {
             return false;
         }
-        // Flushes an earlier call left unfinished go on first; else wait for a due list.
+        // Flushes an earlier call left unfinished go on after a short wait for a due list
+        // (see `flush`, "Pausing between budgets"); else wait for a due list.
         let first = if self.flusher.has_unfinished() {
-            None
+            self.delay_queue
+                .poll_timeout(timeout_ms.min(flush::FLUSH_PAUSE_MS))
         } else {
             match self.delay_queue.poll_timeout(timeout_ms) {
                 Some(due) => Some(due),
