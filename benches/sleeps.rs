@@ -357,12 +357,12 @@ what limits each figure:
   to add and one to cancel; tokio computes a deadline, links the entry into its per-worker
   wheel at the first poll and unlinks it at the drop, allocating nothing; futures-timer
   allocates its node and wakes its timer thread at every creation.
-- lateness: p50 is the wheel's tick (expirations are rounded up to the next millisecond)
-  plus the hand-off from the timer's executor thread to tokio's scheduler. p99 and max are
-  set by cascades: when a wheel moves a full upper-level bucket (hundreds of thousands of
-  entries) down at once, the expiries due meanwhile wait (the p99 per second of delay, on
-  stderr, shows where; the wheel alone, with no runtime, shows the same window). tokio's
-  wheel does the same at its 4 s level; futures-timer's binary heap has no cascade.";
+- lateness: timingwheel's p50 and p99 are its resolution: an expiration is rounded up to
+  the next millisecond and fires at that millisecond's tick, so up to 1 ms of lateness is
+  by design (Kafka's), plus the hand-off from the timer's executor thread to tokio's
+  scheduler; the wheel alone (no runtime) shows the same p99. futures-timer's binary heap
+  fires at the exact instant, so its p99 is lower; tokio's p99 and max are set by its own
+  wheel's cascades (the p99 per second of delay, on stderr). Max: scheduling on 2 cores.";
 
 /// One kind's figures, net of its tasks.
 struct Figures {

@@ -192,11 +192,13 @@
 //!   on another thread (Kafka 4.1+); completing an operation cancels its timeout inside the
 //!   call; a completion is never missed; an operation handed over after `shutdown` is
 //!   answered at once, as expired, never left hanging.
-//! - Memory follows the live set by itself. Storage a timer no longer needs is freed on a
-//!   background thread (`timingwheel-reclaim`, one per process), and with glibc's
-//!   allocator that thread, after it has freed a megabyte or more and then been idle for
-//!   100 ms, calls `malloc_trim(0)` so that the pages come back to the operating system.
-//!   That trims the whole process's heap, not only the timer's share.
+//! - Memory follows the live set by itself, with no process-wide side effect: a cancel
+//!   frees its task at once, and a timer's slots and lists live in memory it maps itself
+//!   ([`SystemTimer::storage_bytes`]), which it unmaps as it empties, on the thread that
+//!   emptied it. The crate never trims the process's heap and starts no thread that a
+//!   timer, reaper or purgatory does not own and join when it closes. What the allocator
+//!   then does with the freed task boxes is its own affair (`docs/performance.md`
+//!   measures glibc's and mimalloc's).
 //!
 //! # Implementation
 //!
@@ -210,11 +212,12 @@
 //! unchanged in 4.3), and the purgatory's `DelayedOperation` and
 //! `DelayedOperationPurgatory` (as of Kafka 4.x, the operation's locking as of 4.1), under
 //! the Apache License 2.0, keeping their names and structure. Entries live in 32-byte
-//! slots of per-thread shards, and a bucket is an array of slot indices rather than a
-//! linked list, so a flush reads it in order and a cancel is still O(1). Buckets above the
-//! lowest level move their first half down ahead of time, and a flush re-adds its entries
-//! in short chunks outside the write lock, so a million timers expiring together neither
-//! stall the driver nor the threads that add; see `docs/design.md`.
+//! slots of per-thread shards, and a bucket is a chain of slot indices rather than a
+//! linked list of entry objects, so a flush reads it in order and a cancel is still O(1).
+//! Buckets above the lowest level move their first half down ahead of time, and a flush
+//! re-adds its entries in short chunks outside the write lock, so a million timers
+//! expiring together neither stall the driver nor the threads that add; see
+//! `docs/design.md`.
 
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]

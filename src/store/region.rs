@@ -18,7 +18,8 @@
 //! - A [`Region<T>`] owns `len` initialized `T`s in one anonymous private mapping (on Unix;
 //!   elsewhere in a boxed slice), and hands them out only as `&[T]` / `&mut [T]` through
 //!   `&self` / `&mut self`, so the borrow checker guards them as it guards a `Vec`'s.
-//! - This is the crate's only `unsafe` code. Every block says why it is sound.
+//! - With `crate::prefetch` (a cache hint), this is the crate's only `unsafe` code. Every
+//!   block says why it is sound.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
