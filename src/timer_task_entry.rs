@@ -2,7 +2,7 @@
 //!
 //! # Ground rules
 //!
-//! See `system_timer` for the lock order of the whole timer. Here:
+//! See `store` for the lock order of the whole timer. Here:
 //!
 //! - The task itself never lives in the handle. It lives in a slot of its timer's entry
 //!   store and is moved out of there exactly once, under the shard's lock: to the executor

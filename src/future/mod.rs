@@ -1,4 +1,4 @@
-//! Futures on the wheel, for any async runtime: [`Sleep`], [`timeout`] and [`Interval`].
+//! Futures on the wheel, for any async runtime: [`Sleep`], [`timeout()`] and [`Interval`].
 //!
 //! They need nothing but std's [`Waker`](std::task::Waker): the timer's executor thread
 //! wakes the task that last polled a future when its task expires, whatever runtime that
@@ -9,8 +9,9 @@
 //!
 //! - A [`Sleep`] owns one timer task at a time, a `Wake` that shares the sleep's
 //!   state (an `Arc`) and carries the number of the deadline it was made for. The state is
-//!   one mutex over (current deadline number, elapsed, waker); it is a leaf: no other lock
-//!   is taken under it, no timer is called under it, and no waker is woken under it.
+//!   the current deadline's number (an atomic) and one mutex over (elapsed, waker); the
+//!   mutex is a leaf (see `store`): no other lock is taken under it, no timer is called
+//!   under it, and no waker is woken under it.
 //! - A `Wake` fires when it is dropped: after it ran on the executor (its `run` just drops
 //!   it), or when a closed timer drops it unrun. Firing sets "elapsed" and wakes the stored
 //!   waker, but only if the wake's deadline number is still the sleep's: a wake for an old

@@ -3,7 +3,9 @@
 //! # Ground rules
 //!
 //! - One [`Mutex`] guards the heap, the sequence counter and the closed flag; one
-//!   [`Condvar`] wakes pollers. No user code runs under the lock.
+//!   [`Condvar`] wakes pollers. It is a leaf, offered to under a shard's mutex (see `store`
+//!   for the order). No user code runs under the lock but the queue's `Time`, which a
+//!   timer may have been given by its caller.
 //! - Waiting is never busy: a poller sleeps until the head item is due, its timeout passes,
 //!   an earlier item is offered, or the queue is closed. An item is due once the clock's
 //!   `hi_res_clock_ms()` reaches its due time, and the wait until then comes from one place,

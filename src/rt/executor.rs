@@ -21,8 +21,10 @@
 //!   (and, with one thread, for nothing: the tasks queued behind it run after it returns).
 //!   The threads it cannot join (its own among them) are joined by the next `close` or the
 //!   drop from outside the pool.
-//! - Lock order: the executor's mutexes (`idle`'s, `threads`, `buffers`) are leaves; none
-//!   is held while a task runs or while another lock is taken.
+//! - Lock order (see `store`): the executor's mutexes (`idle`'s, `threads`, `buffers`) are
+//!   leaves; none is held while a task runs or while another lock is taken. `buffers` is
+//!   taken under a shard's mutex (a flush chunk's batch buffer), the others under no lock
+//!   of the timer.
 
 use std::any::Any;
 use std::cell::Cell;

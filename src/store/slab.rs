@@ -1,9 +1,9 @@
 //! Where pending tasks live: 32-byte slots in mapped chunks, named by index and generation.
 //!
 //! Kafka gives every `TimerTaskEntry` an object of its own. Here an entry is a slot: its
-//! task, its expiration, the generation of its occupant and where it is listed
-//! ([`Loc`](super::ring::Loc)). A slot's index never changes while it is occupied, so a
-//! handle names it by index; the generation tells a handle's own occupant from a later one.
+//! task, its expiration, the generation of its occupant and where it is listed ([`Loc`]).
+//! A slot's index never changes while it is occupied, so a handle names it by index; the
+//! generation tells a handle's own occupant from a later one.
 //!
 //! # Ground rules
 //!

@@ -16,7 +16,8 @@
 //!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] such entries; the next call
 //!   goes on with it after a pause (below). Lowest-level lists, whose entries are
 //!   due, and flushes past half of their lead, always finish within the call.
-//! - `unfinished` is a leaf mutex: taken alone, at the start and the end of a call.
+//! - `unfinished` is a leaf mutex: taken with no lock held at the start and the end of a
+//!   call, and under the write lock by `close` and `stop`; nothing is taken under it.
 //!
 //! # Pausing between budgets
 //!

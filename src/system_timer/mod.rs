@@ -270,7 +270,8 @@ impl SystemTimer {
     /// caller's `Box`).
     ///
     /// The timer maps this memory from the operating system itself, in 64 KiB chunks, and
-    /// unmaps a chunk as soon as its last entry leaves (keeping one spare per shard), so
+    /// unmaps a chunk as soon as its last entry leaves (keeping at most one empty chunk of
+    /// slots and one of list blocks per shard), so
     /// this follows the pending entries and is resident memory (RSS) of the process, not
     /// memory kept by the heap's allocator. Locks each shard briefly.
     ///

@@ -66,8 +66,8 @@ pub(crate) struct ListFor {
 }
 
 /// The shape of a whole hierarchy: every level's tick, its lists and their due times. The one
-/// home of the rule that maps an expiration to a list, used by `add` (to place an entry)
-/// and by `cancel` (to find it again).
+/// home of the rule that maps an expiration to a list, used by `add` to place an entry (a
+/// cancel finds its entry through the slot's `Loc` instead).
 #[derive(Debug)]
 pub(crate) struct Geometry {
     pub(super) wheel_size: usize,
