@@ -237,9 +237,10 @@ fn command_line_rejects_bad_input() {
 /// Cause: when the last pending entry of an entry-store shard was removed, the shard freed
 /// all its slab pages but one right there, inside `advance_clock`, under the wheel's
 /// write lock, before the flushed batch went to the executor; with 1,000,000 orders from
-/// one thread that is ~600-900 pages, and one `free` took up to 95 ms. Now the pages are
-/// freed after the locks are released and the batch is handed over (src/entry_store.rs,
-/// `Released`). It runs the full defaults, too slow for a debug build: CI runs it with
+/// one thread that is ~600-900 pages, and one `free` took up to 95 ms. The store has since
+/// moved out of the allocator: a shard's chunks are mapped by the timer and unmapped by the
+/// thread that empties them, after the locks are released (`src/store/chunks.rs`). It
+/// runs the full defaults, too slow for a debug build: CI runs it with
 /// `cargo test --release --test reconcile -- --ignored`.
 #[test]
 #[ignore = "the 1,000,000-order defaults: run in release (see the doc comment)"]

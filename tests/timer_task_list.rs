@@ -3,7 +3,7 @@
 //! Source: apache/kafka `server-common/src/test/java/org/apache/kafka/server/util/timer/
 //! TimerTaskListTest.java`, Apache License 2.0.
 //!
-//! `testGetDelay` is ported in `src/delay_queue.rs`
+//! `testGetDelay` is ported in `src/rt/delay_queue.rs`
 //! (`delay_queue::tests::a_bucket_is_due_at_its_expiration_and_not_before`): this port's
 //! buckets are due through its delay queue, which is crate-private.
 //!
