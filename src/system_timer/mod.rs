@@ -271,9 +271,9 @@ impl SystemTimer {
     ///
     /// The timer maps this memory from the operating system itself, in 64 KiB chunks, and
     /// unmaps a chunk as soon as its last entry leaves (keeping at most one empty chunk of
-    /// slots and one of list blocks per shard), so
-    /// this follows the pending entries and is resident memory (RSS) of the process, not
-    /// memory kept by the heap's allocator. Locks each shard briefly.
+    /// slots and one of list blocks per shard), so this follows the pending entries and is
+    /// resident memory (RSS) of the process, not memory kept by the heap's allocator. Locks
+    /// each shard briefly.
     ///
     /// # Examples
     ///
