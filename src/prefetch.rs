@@ -1,13 +1,14 @@
 //! A hint that memory is about to be read: the one place the crate asks the processor to
 //! fetch a cache line ahead of time.
 //!
-//! Measured (issue 15, 10^7 timers expiring over 10 s, tasks that capture an `Arc`): the
-//! executor spends three quarters of its time on the first read of each task's box, a cache
-//! and TLB miss, since the box was allocated seconds earlier; the flush spends half of its
+//! Profiled (issue 15, 10^7 timers expiring over 10 s, tasks that capture an `Arc`): the
+//! executor spent three quarters of its time on the first read of each task's box, a cache
+//! and TLB miss, since the box was allocated seconds earlier; the flush spent half of its
 //! time on the first read of each slot of a chunk. Asking for the next boxes and a chunk's
-//! slots ahead lets the misses overlap: the executor's CPU time fell by 39 % and the
-//! driver's by 15-20 % (`docs/performance.md`). A plain read cannot do it here: a task is a
-//! `dyn TimerTask` whose memory safe code can only reach by calling into it.
+//! slots ahead lets the misses overlap: the executor's CPU time is 33-43 % lower with the
+//! hint than without it (`docs/performance.md`, "The prefetch"). A plain read cannot do it
+//! here: a task is a `dyn TimerTask` whose memory safe code can only reach by calling into
+//! it.
 
 /// Asks the processor to bring the memory `value` starts at into its caches, if the target
 /// can be asked (x86-64); nothing otherwise. Never reads `value` itself.

@@ -22,9 +22,8 @@
 //!   The threads it cannot join (its own among them) are joined by the next `close` or the
 //!   drop from outside the pool.
 //! - Lock order (see `store`): the executor's mutexes (`idle`'s, `threads`, `buffers`) are
-//!   leaves; none is held while a task runs or while another lock is taken. `buffers` is
-//!   taken under a shard's mutex (a flush chunk's batch buffer), the others under no lock
-//!   of the timer.
+//!   leaves; none is held while a task runs or while another lock is taken, and none is
+//!   taken under a lock of the timer.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -46,8 +45,8 @@ use crate::prefetch::prefetch;
 /// (`system_timer::flush`'s chunk, 64 entries).
 const BATCH: usize = 64;
 
-/// Emptied batch buffers kept for reuse (1 KiB each, 32 KiB in all): the executor can fall this many jobs
-/// behind the driver before a flush allocates one.
+/// Emptied batch buffers kept for reuse (1 KiB each, 32 KiB in all): the executor can
+/// fall this many jobs behind the driver before a flush allocates one.
 const KEPT_BUFFERS: usize = 32;
 
 /// What the pool's threads receive.

@@ -43,8 +43,6 @@
 //!    - the delay queue's mutex (`rt::delay_queue`), with its condvar: offered to by an add
 //!      or a flush under a shard's mutex, closed under the write lock, polled under no lock.
 //!      The timer's `Time`, which may be the caller's, is read under it.
-//!    - the executor's `buffers` (`rt::executor`): a flush chunk takes an empty batch
-//!      buffer under the shard's mutex; buffers are given back under no lock.
 //!    - the flush scheduler's `unfinished` list (`system_timer::flush`): taken under no lock
 //!      at the start and end of an `advance_clock` call, and under the write lock by
 //!      `close` and `stop`.
@@ -57,6 +55,8 @@
 //!      executor's `lock` and `idle` condvar: a `close` waiting for the tasks in flight, a
 //!      pool thread that finished a job. Its `threads`: held by `close` and the executor's
 //!      drop while they send the stop messages into the queue and join the pool's threads.
+//!      Its `buffers`: a flush chunk takes an empty batch buffer before it locks its shard
+//!      (a new one is an allocation), and the pool gives buffers back under no lock.
 //!    - the reapers' `stop` and `thread` mutexes (`rt::reaper`), never held together:
 //!      `stop` while the stop channel's sender is dropped, `thread` while the reaper thread
 //!      is joined. That thread's polls take the timer's locks, but never these two.

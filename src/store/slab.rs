@@ -190,16 +190,11 @@ impl Slots {
 mod tests {
     use super::*;
 
-    struct Nop;
-    impl TimerTask for Nop {
-        fn delay_ms(&self) -> i64 {
-            0
-        }
-        fn run(self: Box<Self>) {}
-    }
-
     fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
-        slots.insert(Box::new(Nop), expiration_ms).ok().unwrap()
+        slots
+            .insert(crate::timer_task(0, || {}), expiration_ms)
+            .ok()
+            .unwrap()
     }
 
     #[test]

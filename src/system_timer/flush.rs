@@ -237,12 +237,14 @@ impl SystemTimer {
         let chunk = self.flusher.chunking.chunk;
         let mut count = 0;
         while flush.stripe < self.timing_wheel.stripes() {
+            // Taken before the lock: a new buffer, when the executor has fallen behind, is
+            // an allocation, which with glibc may consolidate an arena (see `rt::delay_queue`).
+            let mut expired = self.executor.batch();
             let mut read = self.timing_wheel.read_urgent(flush.stripe);
             if self.is_closed() {
                 return None;
             }
             let (wheel, shard) = read.parts();
-            let mut expired = self.executor.batch();
             count += flush.list.flush(shard, chunk - count, |shard, entry| {
                 add_timer_task_entry(wheel, shard, entry, &mut expired);
             });

@@ -271,16 +271,8 @@ impl fmt::Debug for TimingWheel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MockTime;
     use crate::store::{Entry, EntryStore};
-    use crate::{MockTime, TimerTask};
-
-    struct Nop;
-    impl TimerTask for Nop {
-        fn delay_ms(&self) -> i64 {
-            0
-        }
-        fn run(self: Box<Self>) {}
-    }
 
     /// A wheel of Kafka's javadoc example (u = 1, n = 3) on a mock clock, with the drive
     /// loop of `SystemTimer::advance_clock` reduced to its steps.
@@ -313,7 +305,10 @@ mod tests {
             let mut read = self.lock.read(0);
             let (wheel, shard) = read.parts();
             let expiration_ms = self.c + offset;
-            let key = shard.insert(Box::new(Nop), expiration_ms).ok().unwrap();
+            let key = shard
+                .insert(crate::timer_task(0, || {}), expiration_ms)
+                .ok()
+                .unwrap();
             let added = wheel.add(
                 shard,
                 Entry {

@@ -123,11 +123,8 @@ async fn exercise(timer: Arc<dyn Timer>, spawn: Spawn) {
     assert_eq!(timer.size(), 0, "every task ran or was cancelled");
 }
 
-#[test]
-fn tokio_current_thread_runs_sleep_timeout_and_interval() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+/// Runs `exercise` on `runtime`, each future spawned as a tokio task.
+fn exercise_on_tokio(runtime: tokio::runtime::Runtime) {
     let timer = timer();
     runtime.block_on(exercise(Arc::clone(&timer), |future| {
         Box::pin(async move { tokio::spawn(future).await.unwrap() })
@@ -136,16 +133,22 @@ fn tokio_current_thread_runs_sleep_timeout_and_interval() {
 }
 
 #[test]
+fn tokio_current_thread_runs_sleep_timeout_and_interval() {
+    exercise_on_tokio(
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap(),
+    );
+}
+
+#[test]
 fn tokio_multi_thread_runs_sleep_timeout_and_interval() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .build()
-        .unwrap();
-    let timer = timer();
-    runtime.block_on(exercise(Arc::clone(&timer), |future| {
-        Box::pin(async move { tokio::spawn(future).await.unwrap() })
-    }));
-    timer.close();
+    exercise_on_tokio(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .unwrap(),
+    );
 }
 
 #[test]
