@@ -40,8 +40,9 @@
 //! }
 //! ```
 //!
-//! or a [`SystemTimerReaper`] does it on a thread of its own. Expired tasks run on the
-//! timer's executor thread (`executor-{name}`), never on the driving thread.
+//! or a [`SystemTimerReaper`] does it on a thread of its own, as Kafka's reaper does.
+//! Expired tasks run on the timer's executor thread (`executor-{name}`), never on the
+//! driving thread.
 //!
 //! # Testing code that uses a timer
 //!
@@ -49,27 +50,15 @@
 //! nothing sleeps and nothing races. [`SystemTimer::builder`] can also put the real wheel on
 //! a `MockTime`.
 //!
-//! # Async code and periodic schedules
+//! # Async code, periodic schedules, keyed timeouts
 //!
 //! [`Sleep`], [`timeout`] and [`Interval`] are futures on any `Arc<dyn Timer>`, for any
-//! async runtime: they need nothing but std's [`Waker`](std::task::Waker), which the
-//! timer's executor thread wakes. [`schedule_periodic`] runs a closure every period on the
-//! executor, for threads. Both follow a [`MissedTicks`] policy when they fall behind.
-//!
-//! ```
-//! use std::future::Future;
-//! use std::pin::pin;
-//! use std::sync::Arc;
-//! use std::task::{Context, Poll, Waker};
-//! use timingwheel::{timeout, Elapsed, MockTimer, Timer};
-//!
-//! let timer = Arc::new(MockTimer::new());
-//! let mut cx = Context::from_waker(Waker::noop()); // any runtime's waker will do
-//! let mut request = pin!(timeout(timer.clone(), 100, std::future::pending::<u32>()));
-//! assert_eq!(request.as_mut().poll(&mut cx), Poll::Pending);
-//! timer.advance_clock(100);
-//! assert_eq!(request.as_mut().poll(&mut cx), Poll::Ready(Err(Elapsed)));
-//! ```
+//! async runtime (they need nothing but std's [`Waker`](std::task::Waker)).
+//! [`schedule_periodic`] runs a closure every period on the executor; both follow a
+//! [`MissedTicks`] policy when they fall behind. [`KeyedTimer`] keeps one timeout per key,
+//! as Kafka's group coordinator keeps one session timeout per member, and [`send_task`]
+//! turns an expiry into a message on a [`crossbeam_channel`], for worker threads of your
+//! own.
 //!
 //! # Delayed operations: Kafka's purgatory
 //!
@@ -114,91 +103,20 @@
 //!
 //! # Metrics
 //!
-//! With the cargo feature `metrics` (off by default; it adds the
-//! [`metrics`](https://docs.rs/metrics) facade crate as a dependency), timers and purgatories
-//! report through whatever recorder the application installed (Prometheus, StatsD, ...),
-//! under the names of Kafka's registry in the facade's style:
-//!
-//! - every [`SystemTimer`], labelled `timer = <executor name>`: gauge `timer_pending` and
-//!   counters `timer_added_total`, `timer_expired_total`, `timer_cancelled_total` (its
-//!   [`stats`](SystemTimer::stats)), after each `advance_clock` and at `close`;
-//! - every [`DelayedOperationPurgatory`], labelled `delayed_operation = <purgatory name>`:
-//!   gauges `purgatory_size` ([`watched`](DelayedOperationPurgatory::watched), Kafka's
-//!   `PurgatorySize`) and `purgatory_num_delayed_operations`
-//!   ([`num_delayed`](DelayedOperationPurgatory::num_delayed), `NumDelayedOperations`), and
-//!   counter `purgatory_expires_total`
-//!   ([`expired_count`](DelayedOperationPurgatory::expired_count), Kafka's
-//!   `ExpiresPerSec` as a count), after each of its `advance_clock` steps and at shutdown.
-//!
-//! Install the recorder before building the timer or purgatory: the handles are registered
-//! once, when it is built, so that `add` and `try_complete_else_watch` pay nothing for
-//! metrics. Without the feature, nothing is registered or recorded.
-//!
-//! ```toml
-//! [dependencies]
-//! timingwheel = { version = "0.1", features = ["metrics"] }
-//! ```
-//!
-//! # Expiries as messages, and one timeout per key
-//!
-//! [`send_task`] makes a task that sends a message into a [`crossbeam_channel`] when it
-//! expires, so that any number of worker threads (or a `select!`) handle expiries instead
-//! of the timer's executor; a cancel that returned true means the message is never sent.
-//! [`KeyedTimer`] keeps one timeout per key, as Kafka's group coordinator keeps one session
-//! timeout per member: scheduling under a key replaces its timeout, and the replaced one
-//! never fires, even if it had already expired. Together they make a heartbeat monitor:
-//!
-//! ```
-//! use std::sync::Arc;
-//! use timingwheel::crossbeam_channel::unbounded;
-//! use timingwheel::{send_task, KeyedTimer, MockTimer, Timer};
-//!
-//! let timer = Arc::new(MockTimer::new());
-//! let sessions = KeyedTimer::new(timer.clone());
-//! let (expired_tx, expired) = unbounded();
-//! // A heartbeat starts the member's 10 s session timeout again.
-//! let heartbeat = |member: u32| {
-//!     sessions.schedule(member, send_task(10_000, expired_tx.clone(), member))
-//! };
-//!
-//! heartbeat(1);
-//! heartbeat(2);
-//! timer.advance_clock(3_000);
-//! heartbeat(1); // member 2 stopped heartbeating
-//! timer.advance_clock(7_000);
-//! assert_eq!(expired.try_recv(), Ok(2));
-//! assert!(expired.try_recv().is_err(), "member 1's session lives on");
-//! ```
-//!
-//! To move one pending task rather than replace it, [`Timer::reschedule`] moves its entry
-//! in O(1) without allocating.
+//! With the cargo feature `metrics` (off by default), timers and purgatories report through
+//! the [`metrics`](https://docs.rs/metrics) facade under Kafka's names (`timer_pending`,
+//! `purgatory_size`, ...): see [`SystemTimer::stats`] and
+//! [`DelayedOperationPurgatory::expired_count`]. Install the recorder before building the
+//! timer or purgatory; `add` pays nothing for metrics.
 //!
 //! # Guarantees
 //!
-//! - Exactly once: every task added to an open timer is either run once or cancelled once
-//!   (one [`TimerTaskEntry::cancel`] returns true), never both, also when a cancel races
-//!   with expiry.
-//! - Cancel is O(1) and drops the task inside the call.
-//! - No early firing: with the default 1 ms tick, no task runs before the instant of its
-//!   `add` plus its delay (with a coarser tick, not before `expiration_ms - tick_ms`).
-//! - Extreme delays (`i64::MIN`, `i64::MAX`) saturate; nothing overflows.
-//! - A panicking task is caught and logged; the executor keeps going.
-//! - After [`close`](Timer::close), `add` runs nothing and returns a cancelled entry,
-//!   `advance_clock` returns false at once, and waiting tasks are dropped
-//!   ([`stop`](Timer::stop) hands them back instead). Both return once the tasks already
-//!   on the executor have finished (a bounded wait), in every thread that calls them.
-//! - Purgatory: `on_complete` runs exactly once per operation and `on_expiration` at most
-//!   once, only after an expiry; `on_complete` never overlaps a `try_complete` in progress
-//!   on another thread (Kafka 4.1+); completing an operation cancels its timeout inside the
-//!   call; a completion is never missed; an operation handed over after `shutdown` is
-//!   answered at once, as expired, never left hanging.
-//! - Memory follows the live set by itself, with no process-wide side effect: a cancel
-//!   frees its task at once, and a timer's slots and lists live in memory it maps itself
-//!   ([`SystemTimer::storage_bytes`]), which it unmaps as it empties, on the thread that
-//!   emptied it. The crate never trims the process's heap and starts no thread that a
-//!   timer, reaper or purgatory does not own and join when it closes. What the allocator
-//!   then does with the freed task boxes is its own affair (`docs/performance.md`
-//!   measures glibc's and mimalloc's).
+//! Every task added to an open timer is either run once or cancelled once, never both;
+//! cancel is O(1) and drops the task inside the call; with the default 1 ms tick no task
+//! runs before the instant of its `add` plus its delay; a panicking task is caught and
+//! logged; `close` and `stop` return once the tasks already handed to the executor have
+//! finished (a bounded wait). `docs/guarantees.md` lists every promise with the test that
+//! holds the crate to it.
 //!
 //! # Implementation
 //!
@@ -222,43 +140,37 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
-mod channel;
-mod delay;
 mod future;
-mod keyed;
+mod lock_order;
 mod metrics;
-mod mock_timer;
-mod periodic;
+mod mock;
 mod prefetch;
 mod purgatory;
-mod rt;
+mod schedule;
 mod store;
 mod system_timer;
-mod system_timer_reaper;
-mod ticks;
+mod task;
+mod threads;
 mod time;
 mod timer;
-mod timer_task;
-mod timer_task_entry;
 mod wheel;
 
-pub use channel::send_task;
 pub use crossbeam_channel;
-pub use delay::IntoDelayMs;
 pub use future::{Elapsed, Interval, Sleep, timeout};
-pub use keyed::KeyedTimer;
-pub use mock_timer::{MockTime, MockTimer};
-pub use periodic::{PeriodicHandle, schedule_periodic};
+pub use metrics::TimerStats;
+pub use mock::{MockTime, MockTimer};
 pub use purgatory::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
 };
-pub use system_timer::{SystemTimer, SystemTimerBuilder, TimerStats};
-pub use system_timer_reaper::SystemTimerReaper;
-pub use ticks::MissedTicks;
+pub use schedule::keyed::KeyedTimer;
+pub use schedule::missed_ticks::MissedTicks;
+pub use schedule::periodic::{PeriodicHandle, schedule_periodic};
+pub use schedule::send_task::send_task;
+pub use store::TimerTaskEntry;
+pub use system_timer::{SystemTimer, SystemTimerBuilder, SystemTimerReaper};
+pub use task::{FnTask, IntoDelayMs, TimerTask, timer_task};
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
-pub use timer_task::{FnTask, TimerTask, timer_task};
-pub use timer_task_entry::TimerTaskEntry;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

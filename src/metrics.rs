@@ -1,5 +1,6 @@
-//! Reporting through the [`metrics`](https://docs.rs/metrics) facade, with the cargo feature
-//! `metrics`; without it, every type here is empty and every call does nothing.
+//! What a timer did since it was built ([`TimerStats`]), and reporting it and a purgatory's
+//! figures through the [`metrics`](https://docs.rs/metrics) facade, with the cargo feature
+//! `metrics`; without it, the reporting types are empty and every call does nothing.
 //!
 //! The names follow Kafka's registry, in the facade's style:
 //!
@@ -19,7 +20,25 @@
 //! `Counter::absolute`) after each `advance_clock` step and at shutdown, so `add` and
 //! `try_complete_else_watch` pay nothing for them.
 
-use crate::TimerStats;
+/// What a [`SystemTimer`](crate::SystemTimer) did since it was built: see
+/// [`SystemTimer::stats`](crate::SystemTimer::stats).
+///
+/// Counted per shard under the locks `add` and `cancel` take anyway, so keeping them costs
+/// an `add` nothing measurable; read without a lock, so a reading taken while other threads
+/// add or flush may be a moment behind. Exact once the timer is quiet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Tasks the timer took (refused ones not counted).
+    pub added: u64,
+    /// Tasks handed to the executor, those whose delay was <= 0 included.
+    pub expired: u64,
+    /// Successful [`TimerTaskEntry::cancel`](crate::TimerTaskEntry::cancel) calls.
+    pub cancelled: u64,
+    /// `add` and `try_add` calls that did not take their task.
+    pub refused: u64,
+    /// Tasks waiting: the same as [`size`](crate::Timer::size).
+    pub pending: u64,
+}
 
 /// The timer's gauge and counters, labelled `timer = <executor name>`.
 pub(crate) struct TimerMetrics {

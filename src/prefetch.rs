@@ -1,14 +1,12 @@
 //! A hint that memory is about to be read: the one place the crate asks the processor to
 //! fetch a cache line ahead of time.
 //!
-//! Profiled (issue 15, 10^7 timers expiring over 10 s, tasks that capture an `Arc`): the
-//! executor spent three quarters of its time on the first read of each task's box, a cache
-//! and TLB miss, since the box was allocated seconds earlier; the flush spent half of its
-//! time on the first read of each slot of a chunk. Asking for the next boxes and a chunk's
-//! slots ahead lets the misses overlap: the executor's CPU time is 33-43 % lower with the
-//! hint than without it (`docs/performance.md`, "The prefetch"). A plain read cannot do it
-//! here: a task is a `dyn TimerTask` whose memory safe code can only reach by calling into
-//! it.
+//! The first read of a task's box on the executor, and of a slot in a flush, is likely a
+//! cache and TLB miss: both were written long before. Asking for the next boxes and a
+//! chunk's slots ahead lets the misses overlap; the figures that pay for it, with and
+//! without the hint, are in `docs/performance.md` ("The prefetch"). A plain read cannot do
+//! it here: a task is a `dyn TimerTask` whose memory safe code can only reach by calling
+//! into it.
 
 /// Asks the processor to bring the memory `value` starts at into its caches, if the target
 /// can be asked (x86-64); nothing otherwise. Never reads `value` itself.

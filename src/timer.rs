@@ -3,7 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{TimerTask, TimerTaskEntry};
+use crate::store::TimerTaskEntry;
+use crate::task::TimerTask;
 
 /// What every timer offers, like Kafka's `Timer` interface. Object safe.
 ///
@@ -120,6 +121,15 @@ pub trait Timer: Send + Sync {
     fn advance_clock(&self, timeout_ms: i64) -> bool;
 
     /// Returns the number of tasks added and neither expired nor cancelled.
+    ///
+    /// Read without waiting for the threads that add, cancel or flush: while they work, the
+    /// count may lag them by a moment (never above a `max_pending` bound). It is exact once
+    /// the timer is quiet, and 0 once it is closed, since a closed timer holds no task.
+    ///
+    /// # Differences from Kafka
+    ///
+    /// Kafka's count is kept in an atomic that every add and removal updates, and a closed
+    /// timer keeps its count (its tasks stay in the wheel).
     fn size(&self) -> usize;
 
     /// Stops the timer; idempotent. Tasks still waiting are dropped without running.

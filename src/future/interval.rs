@@ -6,8 +6,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::ticks::{added_at_ms, probe_clock_ms};
-use crate::{IntoDelayMs, MissedTicks, Sleep, Timer};
+use super::sleep::Sleep;
+use crate::schedule::missed_ticks::{MissedTicks, clock_ms};
+use crate::task::IntoDelayMs;
+use crate::timer::Timer;
 
 /// Ticks every `period_ms` on a timer's clock; the first tick completes at once. The
 /// futures counterpart of [`schedule_periodic`](crate::schedule_periodic).
@@ -21,12 +23,9 @@ use crate::{IntoDelayMs, MissedTicks, Sleep, Timer};
 /// On a timer that cannot keep the deadline (closed, or full), every tick completes at
 /// once, as a [`Sleep`] does; a loop that ticks should also watch for its own shutdown.
 ///
-/// # How it reads the timer's clock
-///
 /// [`Timer`] has no clock accessor: an `Interval` reads "now" from the expiration the timer
-/// gives its task, which is the instant of the `add` or `reschedule` plus the delay, so
-/// `now = expiration - delay`, exactly (a `SystemTimer` rounds that instant up to the next
-/// millisecond: never early). On a `MockTimer` the tick times are therefore exact.
+/// gives its task (the instant of the `add` or `reschedule` plus the delay), so on a
+/// `MockTimer` its tick times are exact.
 ///
 /// # Examples
 ///
@@ -94,8 +93,7 @@ impl Interval {
             "Interval::new: period_ms must be positive, got {period_ms}"
         );
         let sleep = Sleep::new(Arc::clone(&timer), period_ms);
-        let start_ms = added_at_ms(sleep.expiration_ms(), period_ms)
-            .unwrap_or_else(|| probe_clock_ms(&*timer));
+        let start_ms = clock_ms(&*timer, sleep.expiration_ms(), period_ms);
         Interval {
             sleep,
             next_tick_ms: start_ms,
@@ -183,8 +181,11 @@ impl Interval {
     fn schedule_after(&mut self, tick_ms: i64) -> i64 {
         // Due a period from now: the reset tells the time of "now".
         self.sleep.reset(self.period_ms);
-        let now_ms = added_at_ms(self.sleep.expiration_ms(), self.period_ms)
-            .unwrap_or_else(|| probe_clock_ms(self.sleep.timer()));
+        let now_ms = clock_ms(
+            self.sleep.timer(),
+            self.sleep.expiration_ms(),
+            self.period_ms,
+        );
         let next_ms = self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms);
         if next_ms != self.sleep.expiration_ms() {
             // Burst's catch-up ticks are due now: a delay <= 0 fires at once.

@@ -7,13 +7,12 @@
 //!
 //! # Ground rules
 //!
-//! - A [`Sleep`] owns one timer task at a time, a `Wake` that shares the sleep's
-//!   state (an `Arc`) and carries the number of the deadline it was made for. The state is
-//!   the current deadline's number (an atomic) and one mutex over (elapsed, waker); the
-//!   mutex is a leaf (see `store`): no other lock is taken under it, no timer is called
-//!   under it, and no waker is woken under it.
-//! - A `Wake` fires when it is dropped: after it ran on the executor (its `run` just drops
-//!   it), or when a closed timer drops it unrun. Firing sets "elapsed" and wakes the stored
+//! - A [`Sleep`] owns one timer task at a time, a token task (`schedule::token`) that
+//!   shares the sleep's state (an `Arc`) and whose token is the number of the deadline it
+//!   was made for. The state is the current deadline's number (an atomic) and one mutex
+//!   over (elapsed, waker); the mutex is a leaf (see `crate::lock_order`): no other lock is
+//!   taken under it, no timer is called under it, and no waker is woken under it.
+//! - The task fires when it runs on the executor, and when a closed timer drops it unrun. Firing sets "elapsed" and wakes the stored
 //!   waker, but only if the wake's deadline number is still the sleep's: a wake for an old
 //!   deadline changes nothing. So a sleep completes when its deadline passes, or at once
 //!   when its timer can no longer keep the deadline (closed, or full).

@@ -5,12 +5,15 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
 
-use crate::{IntoDelayMs, Timer, TimerTask, TimerTaskEntry};
+use crate::schedule::token::{TokenOwner, TokenTask};
+use crate::store::TimerTaskEntry;
+use crate::task::IntoDelayMs;
+use crate::timer::Timer;
 
 /// A future that completes `delay_ms` after it was created, on `timer`'s clock.
 ///
@@ -63,7 +66,7 @@ pub struct Sleep {
 struct Shared {
     /// The number of the current deadline. Changed under `state`'s lock by `reset`, and
     /// without it by `Sleep::drop` (nobody polls a dropped sleep; see the ground rules).
-    deadline: AtomicU32,
+    deadline: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -75,35 +78,25 @@ struct State {
     waker: Option<Waker>,
 }
 
-/// The timer task of one deadline of a [`Sleep`]. It fires when dropped: after its run, or
-/// unrun by a closed timer.
-struct Wake {
-    shared: Arc<Shared>,
-    deadline: u32,
-    delay_ms: i64,
-}
+/// The timer task of one deadline: a token task whose token is the deadline's number. It
+/// fires whether it runs or is dropped unrun by a closed timer; a cancelled one fires an old
+/// deadline, which changes nothing.
+impl TokenOwner for Shared {
+    type Payload = ();
 
-impl TimerTask for Wake {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
+    fn expired(self: Arc<Self>, deadline: u64, (): ()) {
+        self.fire(deadline);
     }
 
-    fn run(self: Box<Self>) {
-        // Firing is in `Drop`, which also runs when a closed timer drops the task unrun.
-        drop(self);
-    }
-}
-
-impl Drop for Wake {
-    fn drop(&mut self) {
-        self.shared.fire(self.deadline);
+    fn dropped(self: Arc<Self>, deadline: u64, (): ()) {
+        self.fire(deadline);
     }
 }
 
 impl Shared {
     /// Marks deadline number `deadline` elapsed and wakes the last poller, unless the
     /// sleep has moved on to another deadline since.
-    fn fire(&self, deadline: u32) {
+    fn fire(&self, deadline: u64) {
         // Without the lock first: a sleep's own drop and cancel land here on every drop. (A
         // wake for a new deadline reached the timer after the number was stored: it sees it.)
         if self.deadline.load(Ordering::Acquire) != deadline {
@@ -146,7 +139,7 @@ impl Sleep {
     /// ```
     pub fn new(timer: Arc<dyn Timer>, delay_ms: impl IntoDelayMs) -> Sleep {
         let shared = Arc::new(Shared {
-            deadline: AtomicU32::new(0),
+            deadline: AtomicU64::new(0),
             state: Mutex::new(State {
                 elapsed: false,
                 waker: None,
@@ -250,14 +243,10 @@ impl Sleep {
 fn add_wake(
     timer: &dyn Timer,
     shared: &Arc<Shared>,
-    deadline: u32,
+    deadline: u64,
     delay_ms: i64,
 ) -> TimerTaskEntry {
-    timer.add(Box::new(Wake {
-        shared: Arc::clone(shared),
-        deadline,
-        delay_ms,
-    }))
+    timer.add(TokenTask::boxed(Arc::clone(shared), deadline, delay_ms, ()))
 }
 
 impl Future for Sleep {

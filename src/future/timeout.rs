@@ -6,7 +6,9 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 
-use crate::{IntoDelayMs, Sleep, Timer};
+use super::sleep::Sleep;
+use crate::task::IntoDelayMs;
+use crate::timer::Timer;
 
 /// Returns `future`'s output, or `Err(Elapsed)` if `delay_ms` passes first on `timer`'s
 /// clock (Kafka's `failAfter`; tokio's `timeout`, on any runtime).

@@ -12,8 +12,8 @@ use super::operation::{DelayedOperation, ExpiredCount};
 use super::watch::WatchLists;
 use super::{DelayedOperationPurgatory, Inner};
 use crate::metrics::PurgatoryMetrics;
-use crate::rt::reaper::ReaperThread;
 use crate::system_timer::SystemTimer;
+use crate::threads::reaper::ReaperThread;
 use crate::timer::Timer;
 
 /// How long one poll of the expiration reaper waits (Kafka's `advanceClock(200L)`).
@@ -62,13 +62,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     ///
     /// let purgatory = DelayedOperationPurgatory::<u64, Op>::builder("Heartbeat")
     ///     .timer(Arc::new(MockTimer::new()))
@@ -77,6 +72,7 @@ where
     ///     .reaper_enabled(false)
     ///     .build();
     /// # drop(purgatory);
+    /// # }
     /// ```
     pub fn builder(purgatory_name: &str) -> DelayedOperationPurgatoryBuilder<K, Op> {
         DelayedOperationPurgatoryBuilder {
@@ -100,13 +96,8 @@ where
 /// ```
 /// use std::sync::Arc;
 /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-/// # struct Op;
-/// # impl DelayedOperation for Op {
-/// #     fn delay_ms(&self) -> i64 { 500 }
-/// #     fn try_complete(&self) -> bool { false }
-/// #     fn on_complete(&self) {}
-/// #     fn on_expiration(&self) {}
-/// # }
+/// # include!("doc_op.rs");
+/// # fn main() {
 ///
 /// let timer = Arc::new(MockTimer::new());
 /// let purgatory = DelayedOperationPurgatory::<String, Op>::builder("DeleteRecords")
@@ -117,6 +108,7 @@ where
 ///     .timer_enabled(true)
 ///     .build();
 /// assert_eq!(purgatory.num_delayed(), 0);
+/// # }
 /// ```
 pub struct DelayedOperationPurgatoryBuilder<K, Op> {
     purgatory_name: String,
@@ -144,13 +136,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, Timer, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::clone(&timer))
@@ -158,6 +145,7 @@ where
     ///     .build();
     /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
     /// assert_eq!(timer.size(), 1, "the timeout went to this timer");
+    /// # }
     /// ```
     pub fn timer(mut self, timer: impl Timer + 'static) -> Self {
         self.timer = Some(Arc::new(timer));
@@ -171,19 +159,15 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
     ///     .timer(Arc::new(MockTimer::new()))
     ///     .broker_id(7) // its reaper thread: ExpirationReaper-7-Fetch
     ///     .build();
     /// assert!(format!("{purgatory:?}").contains("broker_id: 7"));
     /// purgatory.shutdown();
+    /// # }
     /// ```
     pub fn broker_id(mut self, broker_id: i32) -> Self {
         self.broker_id = broker_id;
@@ -198,13 +182,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))
     ///     .purge_interval(0)
@@ -215,6 +194,7 @@ where
     /// op.force_complete();
     /// purgatory.advance_clock(0);
     /// assert_eq!(purgatory.watched(), 0, "1 completed > purge interval 0: purged");
+    /// # }
     /// ```
     pub fn purge_interval(mut self, purge_interval: usize) -> Self {
         self.purge_interval = purge_interval;
@@ -230,13 +210,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::clone(&timer))
@@ -245,6 +220,7 @@ where
     /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
     /// timer.time().sleep(500);
     /// assert!(purgatory.advance_clock(0), "the timeout expired on this thread");
+    /// # }
     /// ```
     pub fn reaper_enabled(mut self, reaper_enabled: bool) -> Self {
         self.reaper_enabled = reaper_enabled;
@@ -287,17 +263,13 @@ where
     ///
     /// ```
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u8, Op>::builder("p")
     ///     .reaper_poll_ms(60_000)
     ///     .build();
     /// purgatory.shutdown(); // still prompt
+    /// # }
     /// ```
     ///
     /// # Panics
@@ -322,18 +294,14 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))
     ///     .reaper_enabled(false)
     ///     .build();
     /// assert_eq!((purgatory.watched(), purgatory.num_delayed()), (0, 0));
+    /// # }
     /// ```
     ///
     /// # Panics

@@ -16,8 +16,8 @@
 //! - **Lock order:** an operation's lock → one shard lock. `try_complete_else_watch` takes
 //!   shard locks while it holds the operation's lock; nothing takes an operation's lock
 //!   while holding a shard lock, and no call holds two shard locks. No shard lock is held
-//!   while the timer's locks are taken (`Timer::add`, a cancel); `docs/design.md`
-//!   ("Purgatory") gives the whole order, timer and operation locks included.
+//!   while the timer's locks are taken (`Timer::add`, a cancel); `crate::lock_order` gives
+//!   the whole order, timer and operation locks included.
 //! - **An operation's life.** Pending and watched under its keys, with a timeout in the
 //!   timer; then completed, by exactly one of: a `try_complete` that said yes
 //!   (`try_complete_else_watch`, `check_and_complete`, [`Delayed::try_complete`]),
@@ -33,7 +33,7 @@
 //!   [`advance_clock`](DelayedOperationPurgatory::advance_clock) until `shutdown`, which
 //!   asks it to stop, closes the timer (waking an `advance_clock` blocked in its poll), and
 //!   joins the thread. It is the same reaper loop as `SystemTimerReaper`'s
-//!   (`rt::reaper::ReaperThread`): after a poll with nothing flushed (a closed or
+//!   (`threads::reaper::ReaperThread`): after a poll with nothing flushed (a closed or
 //!   mock timer) it waits out the rest of the poll, so it never spins and still stops at
 //!   once, and a panic in a poll is logged and the loop goes on.
 
@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
-use crate::rt::reaper::ReaperThread;
+use crate::threads::reaper::ReaperThread;
 use crate::timer::{AddError, Timer};
 
 mod builder;
@@ -376,13 +376,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<&str, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))
     ///     .reaper_enabled(false)
@@ -394,6 +389,7 @@ where
     /// assert_eq!(purgatory.watched(), 3, "completed, still listed until checked or purged");
     /// purgatory.check_and_complete(&"a");
     /// assert_eq!(purgatory.watched(), 2);
+    /// # }
     /// ```
     pub fn watched(&self) -> usize {
         self.inner.watch_lists.watched()
@@ -406,13 +402,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::clone(&timer))
@@ -423,6 +414,7 @@ where
     /// timer.time().sleep(500);
     /// purgatory.advance_clock(0); // the timeout expires
     /// assert_eq!(purgatory.num_delayed(), 0);
+    /// # }
     /// ```
     pub fn num_delayed(&self) -> usize {
         self.inner.timer.size()
@@ -443,13 +435,8 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(MockTimer::new())
     ///     .reaper_enabled(false)
@@ -460,6 +447,7 @@ where
     /// acked.force_complete(); // completed, not expired
     /// purgatory.advance_clock(500); // `late` expires
     /// assert_eq!(purgatory.expired_count(), 1);
+    /// # }
     /// ```
     pub fn expired_count(&self) -> u64 {
         self.inner.expired.total()
@@ -570,16 +558,12 @@ where
     ///
     /// ```
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 500 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::new("Produce", 0);
     /// purgatory.shutdown(); // returns at once, not after the reaper's 200 ms poll
     /// purgatory.shutdown(); // nothing left to do
+    /// # }
     /// ```
     pub fn shutdown(&self) {
         self.stop();

@@ -48,8 +48,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
-use crate::timer_task::TimerTask;
-use crate::timer_task_entry::TimerTaskEntry;
+use crate::store::TimerTaskEntry;
+use crate::task::TimerTask;
 
 /// Kafka's `DelayedOperation`, the user's side: implement it for your operation.
 ///
@@ -198,16 +198,12 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// # Examples
     ///
     /// ```
-    /// # use timingwheel::{Delayed, DelayedOperation};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 10 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # use timingwheel::Delayed;
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let op = Delayed::new(Op);
     /// assert!(!op.is_completed());
+    /// # }
     /// ```
     pub fn new(operation: Op) -> Delayed<Op> {
         Delayed {
@@ -245,18 +241,14 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// # Examples
     ///
     /// ```
-    /// # use timingwheel::{Delayed, DelayedOperation};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 10 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # use timingwheel::Delayed;
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let op = Delayed::new(Op);
     /// assert!(!op.is_completed());
     /// op.force_complete();
     /// assert!(op.is_completed());
+    /// # }
     /// ```
     pub fn is_completed(&self) -> bool {
         self.shared.completed.load(Ordering::Acquire)
@@ -343,16 +335,12 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// # Examples
     ///
     /// ```
-    /// # use timingwheel::{Delayed, DelayedOperation};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 10 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # use timingwheel::Delayed;
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let op = Delayed::new(Op);
     /// assert!(!op.is_locked_by_current_thread());
+    /// # }
     /// ```
     pub fn is_locked_by_current_thread(&self) -> bool {
         self.shared.lock.is_owned_by_current_thread()
@@ -467,17 +455,13 @@ impl<Op> Delayed<Op> {
     /// # Examples
     ///
     /// ```
-    /// # use timingwheel::{Delayed, DelayedOperation};
-    /// # struct Op;
-    /// # impl DelayedOperation for Op {
-    /// #     fn delay_ms(&self) -> i64 { 10 }
-    /// #     fn try_complete(&self) -> bool { false }
-    /// #     fn on_complete(&self) {}
-    /// #     fn on_expiration(&self) {}
-    /// # }
+    /// # use timingwheel::Delayed;
+    /// # include!("doc_op.rs");
+    /// # fn main() {
     /// let a = Delayed::new(Op);
     /// assert!(a.ptr_eq(&a.clone()));
     /// assert!(!a.ptr_eq(&Delayed::new(Op)));
+    /// # }
     /// ```
     pub fn ptr_eq(&self, other: &Delayed<Op>) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)

@@ -1,4 +1,4 @@
-//! Items in mapped chunks: the storage that slots and ring blocks share.
+//! Items in mapped chunks: the storage that slots and chain blocks share.
 //!
 //! A [`Chunks<T>`] hands out items by `u32` index. Items live in chunks of
 //! `2^T::CHUNK_SHIFT` items,

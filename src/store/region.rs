@@ -1,15 +1,15 @@
-//! Fixed-size arrays that live outside the process's heap: the memory of slots and ring
+//! Fixed-size arrays that live outside the process's heap: the memory of slots and chain
 //! blocks.
 //!
 //! # Why not the heap
 //!
-//! Measured (issue 15): with glibc's malloc, the executor frees every task box into the
-//! arena of the thread that added it, through the arena's fastbins, which are not
-//! coalesced until something asks. A later `free` of a large block of that arena (a page of
-//! slots given back), or a large `malloc` in it, first coalesces every one of them, holding
-//! the arena's lock: 1.4 s for the ten million boxes of a burst, while the timer's driver
-//! waited for the same lock in an ordinary `free`. Memory the timer maps itself never meets
-//! an arena: mapping and unmapping it takes no allocator lock and coalesces nothing, and
+//! With glibc's malloc, the executor frees every task box into the arena of the thread
+//! that added it, through the arena's fastbins, which are not coalesced until something
+//! asks. A later `free` of a large block of that arena (a page of slots given back), or a
+//! large `malloc` in it, first coalesces every one of them, holding the arena's lock: the
+//! timer's driver then waits for that lock in an ordinary `free` (1.4 s for a burst of ten
+//! million, measured in `docs/performance.md`, "What caused the 1.4 s stalls"). Memory the
+//! timer maps itself never meets an arena: mapping and unmapping it takes no allocator lock and coalesces nothing, and
 //! unmapping gives the pages back to the operating system at once, so the timer's own
 //! memory follows its live set in RSS too, without trimming the heap.
 //!

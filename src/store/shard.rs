@@ -1,29 +1,32 @@
-//! One shard of a timer's entries: its slots and its part of every list, behind one mutex.
+//! One shard of a timer's entries: its slots and its part of every list, behind one mutex,
+//! with its length and counts published for readers that take no lock.
 //!
 //! # Ground rules
 //!
-//! See [`store`](super) for the lock order of the whole timer. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
-//! - A [`ShardState`] — slots, list parts, clone records, counts — is guarded by its
+//! - A [`ShardState`] — slots, list chains, clone records, counts — is guarded by its
 //!   shard's mutex. An entry lives and moves within one shard.
 //! - [`Shard::len`] and [`Shard::counts`] mirror the state's; they are written under the
 //!   mutex (when a guard is dropped, or by [`ShardGuard::publish_len`]) and read without it.
+//! - The timer's own work (a writer, a flush chunk) locks with [`Shard::lock_urgent`]: while
+//!   such a thread waits, every unlock hands the lock straight to a waiter.
 //! - Nothing here runs user code under the lock. Tasks are moved out under it and dropped,
 //!   run or handed over by the caller; memory the shard gives back (emptied chunks) is
-//!   unmapped by the guard after it unlocks.
+//!   unmapped by the guard after it unlocks (see `released`).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::region::Region;
-use super::ring::{Block, Loc, Rings};
-use super::slab::{EntryKey, Slot, Slots};
-use crate::TimerTask;
+use super::chains::{Chains, Loc};
+use super::clones::Clones;
+use super::released::Released;
+use super::slots::{EntryKey, Slots};
 use crate::prefetch::prefetch;
+use crate::task::TimerTask;
 
 /// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
 /// without the task).
@@ -63,24 +66,15 @@ impl Counts {
     }
 }
 
-/// What a clone of a handle shares with its original: whether a cancel through any of them
-/// won, and the entry's latest expiration. Kept by the shard, keyed by the entry, for as
-/// long as such handles live.
-#[derive(Debug)]
-struct CloneRecord {
-    handles: usize,
-    cancelled: bool,
-    expiration_ms: i64,
-}
-
 /// Everything of one shard that its mutex guards.
 pub(crate) struct ShardState {
     slots: Slots,
-    rings: Rings,
+    chains: Chains,
     /// The entries of a flush chunk between taking them out and re-adding them (kept to
     /// reuse its buffer).
     flushed: Vec<Entry>,
-    clones: HashMap<EntryKey, CloneRecord>,
+    /// What the cloned handles of its entries share.
+    pub(crate) clones: Clones,
     /// What happened here since the timer was built.
     pub(crate) counts: Counts,
     /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
@@ -92,9 +86,9 @@ impl ShardState {
     fn new() -> ShardState {
         ShardState {
             slots: Slots::new(),
-            rings: Rings::new(),
+            chains: Chains::new(),
             flushed: Vec::new(),
-            clones: HashMap::new(),
+            clones: Clones::default(),
             counts: Counts::default(),
             pending: None,
         }
@@ -127,7 +121,7 @@ impl ShardState {
 
     /// Appends the unlisted entry in slot `index` to list `id`.
     pub(crate) fn link(&mut self, id: u32, index: u32) {
-        let loc = self.rings.push(id, index);
+        let loc = self.chains.push(id, index);
         let slot = self.slots.get_mut(index);
         debug_assert_eq!(slot.loc(), Loc::UNLISTED);
         slot.set_loc(loc);
@@ -136,49 +130,51 @@ impl ShardState {
     /// Returns the number of entries of list `id` in this shard.
     #[cfg(test)]
     pub(crate) fn list_len(&self, id: u32) -> usize {
-        self.rings.entries(id).len()
+        self.chains.entries(id).len()
     }
 
     /// Detaches list `id`'s entries in this shard for a flush (see `Rings::detach`).
     pub(crate) fn detach(&mut self, id: u32) {
-        self.rings.detach(id);
+        self.chains.detach(id);
     }
 
-    /// Takes up to `max` detached entries of list `id` out of the list and hands each to
-    /// `f`, with the shard, to be re-added or expired; returns how many.
+    /// Takes up to `max` detached entries of list `id` out of the list (see
+    /// `Chains::detach`), oldest first, and appends them to `out`, unlisted, with their
+    /// expirations: a chunk of the list's flush.
     ///
     /// The entries' slots are read in a loop of their own, after the indices: each read is
     /// likely a cache miss, and with nothing else in the loop the processor overlaps them.
-    pub(crate) fn flush_list(
-        &mut self,
-        id: u32,
-        max: usize,
-        mut f: impl FnMut(&mut ShardState, Entry),
-    ) -> usize {
-        let mut entries = std::mem::take(&mut self.flushed);
-        while entries.len() < max {
-            let Some(index) = self.rings.pop_detached(id) else {
+    pub(crate) fn take_detached(&mut self, id: u32, max: usize, out: &mut Vec<Entry>) {
+        let first = out.len();
+        while out.len() - first < max {
+            let Some(index) = self.chains.pop_detached(id) else {
                 break;
             };
-            entries.push(Entry {
+            out.push(Entry {
                 index,
                 expiration_ms: 0,
             });
         }
-        // Each slot is likely a cache and TLB miss: asked for all at once, they overlap.
-        for entry in &entries {
+        let taken = &mut out[first..];
+        for entry in taken.iter() {
             prefetch(self.slots.get(entry.index));
         }
-        for entry in &mut entries {
-            entry.expiration_ms = self.slots.get(entry.index).expiration_ms();
+        for entry in taken {
+            let slot = self.slots.get_mut(entry.index);
+            entry.expiration_ms = slot.expiration_ms();
+            slot.set_loc(Loc::UNLISTED);
         }
-        let count = entries.len();
-        for entry in entries.drain(..) {
-            self.slots.get_mut(entry.index).set_loc(Loc::UNLISTED);
-            f(self, entry);
-        }
-        self.flushed = entries;
-        count
+    }
+
+    /// Lends the buffer that flush chunks of this shard reuse (see `TimerTaskList::flush`).
+    pub(crate) fn flush_buffer(&mut self) -> Vec<Entry> {
+        std::mem::take(&mut self.flushed)
+    }
+
+    /// Takes back the buffer lent by [`flush_buffer`](Self::flush_buffer), emptied.
+    pub(crate) fn return_flush_buffer(&mut self, buffer: Vec<Entry>) {
+        debug_assert!(buffer.is_empty());
+        self.flushed = buffer;
     }
 
     /// Takes the occupant named by `key` out of its list and its slot, if it is still
@@ -220,7 +216,7 @@ impl ShardState {
             return;
         }
         slot.set_loc(Loc::UNLISTED);
-        if let Some((moved, at)) = self.rings.remove(loc) {
+        if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
         }
     }
@@ -234,7 +230,7 @@ impl ShardState {
         let mut released = self.take_released();
         released.holds_tasks = true;
         self.slots.chunks().clear(&mut released.slots);
-        self.rings.clear(&mut released.blocks);
+        self.chains.clear(&mut released.blocks);
         released
     }
 
@@ -248,100 +244,22 @@ impl ShardState {
     fn take_released(&mut self) -> Released {
         let mut released = Released::default();
         self.slots.chunks().take_released(&mut released.slots);
-        self.rings.blocks().take_released(&mut released.blocks);
+        self.chains.blocks().take_released(&mut released.blocks);
         released
     }
 
     fn has_released(&mut self) -> bool {
-        self.slots.chunks().has_released() || self.rings.blocks().has_released()
+        self.slots.chunks().has_released() || self.chains.blocks().has_released()
     }
 
     /// Returns the bytes of the chunks mapped for this shard.
     pub(crate) fn mapped_bytes(&self) -> usize {
-        self.slots.mapped_bytes() + self.rings.mapped_bytes()
-    }
-
-    /// Registers one more handle of `key`'s entry: the first clone of a handle creates the
-    /// record for both, with the original's state; later clones count themselves in.
-    pub(crate) fn add_clone(&mut self, key: EntryKey, cancelled: bool, expiration_ms: i64) {
-        self.clones
-            .entry(key)
-            .and_modify(|record| record.handles += 1)
-            .or_insert(CloneRecord {
-                handles: 2,
-                cancelled,
-                expiration_ms,
-            });
-    }
-
-    /// Unregisters one handle of `key`'s entry.
-    pub(crate) fn drop_clone(&mut self, key: EntryKey) {
-        if let Some(record) = self.clones.get_mut(&key) {
-            record.handles -= 1;
-            if record.handles == 0 {
-                self.clones.remove(&key);
-            }
-        }
-    }
-
-    /// Records that a cancel through one of `key`'s handles won.
-    pub(crate) fn set_clone_cancelled(&mut self, key: EntryKey) {
-        if let Some(record) = self.clones.get_mut(&key) {
-            record.cancelled = true;
-        }
-    }
-
-    /// True if a cancel through one of `key`'s handles won.
-    pub(crate) fn clone_cancelled(&self, key: EntryKey) -> bool {
-        self.clones.get(&key).is_some_and(|record| record.cancelled)
-    }
-
-    /// Records a new expiration for the handles of `key`'s entry, if they share a record.
-    pub(crate) fn set_clone_expiration(&mut self, key: EntryKey, expiration_ms: i64) {
-        if let Some(record) = self.clones.get_mut(&key) {
-            record.expiration_ms = expiration_ms;
-        }
-    }
-
-    /// Returns the expiration that the handles of `key`'s entry share, if they share one.
-    pub(crate) fn clone_expiration(&self, key: EntryKey) -> Option<i64> {
-        self.clones.get(&key).map(|record| record.expiration_ms)
-    }
-}
-
-/// Memory taken out of a shard — emptied chunks, or everything a `clear` took, tasks
-/// included — to be dropped with no lock held: dropping it drops the tasks (user code) on
-/// the dropping thread, then unmaps the chunks.
-#[derive(Default)]
-#[must_use = "dropping this drops the tasks: do it after releasing every lock"]
-pub(crate) struct Released {
-    slots: Vec<Region<Slot>>,
-    blocks: Vec<Region<Block>>,
-    /// False for chunks that a shard emptied and gave back: no task to look for.
-    holds_tasks: bool,
-}
-
-impl Released {
-    /// Adds `other`'s memory to this.
-    pub(crate) fn absorb(&mut self, mut other: Released) {
-        self.slots.append(&mut other.slots);
-        self.blocks.append(&mut other.blocks);
-        self.holds_tasks |= other.holds_tasks;
-    }
-
-    /// Returns the number of tasks in it.
-    pub(crate) fn task_count(&self) -> usize {
-        Slots::count_tasks(&self.slots)
-    }
-
-    /// Takes the tasks out.
-    pub(crate) fn into_tasks(mut self) -> Vec<Box<dyn TimerTask>> {
-        Slots::take_tasks(&mut self.slots)
+        self.slots.mapped_bytes() + self.chains.mapped_bytes()
     }
 }
 
 /// One shard of a timer's entries: its state behind its own lock, on cache lines of its
-/// own. Pooled: see `store`.
+/// own. Pooled: see `pool`.
 #[repr(align(128))]
 pub(crate) struct Shard {
     state: Mutex<ShardState>,
@@ -465,14 +383,5 @@ impl Drop for ShardGuard<'_> {
         }
         debug_assert!(released.as_ref().is_none_or(|r| r.task_count() == 0));
         drop(released);
-    }
-}
-
-impl Drop for Released {
-    fn drop(&mut self) {
-        // The tasks first (user code), each dropped once; the chunks unmap after them.
-        if self.holds_tasks {
-            drop(Slots::take_tasks(&mut self.slots));
-        }
     }
 }

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use super::SystemTimer;
 use super::flush::{Chunking, Flusher};
-use crate::rt::delay_queue::DelayQueue;
-use crate::rt::executor::Executor;
-use crate::store::EntryStore;
-use crate::wheel::{Geometry, TimerTaskList, TimingWheel};
+use crate::metrics::TimerMetrics;
+use crate::store::StripedRwLock;
+use crate::threads::delay_queue::DelayQueue;
+use crate::threads::executor::Executor;
+use crate::time::{SystemClock, Time};
 #[cfg(doc)]
-use crate::{AddError, Timer};
-use crate::{SystemClock, Time};
+use crate::timer::{AddError, Timer};
+use crate::wheel::{Geometry, TimerTaskList, TimingWheel};
 
 /// Configures a [`SystemTimer`]; made by [`SystemTimer::builder`].
 ///
@@ -187,7 +188,7 @@ impl SystemTimerBuilder {
             .map(|max| (max, Arc::new(AtomicUsize::new(0))));
         let pending = max_pending.as_ref().map(|(_, pending)| Arc::clone(pending));
         SystemTimer {
-            metrics: crate::metrics::TimerMetrics::new(&self.executor_name),
+            metrics: TimerMetrics::new(&self.executor_name),
             executor: Executor::new(
                 &format!("executor-{}", self.executor_name),
                 self.executor_threads,
@@ -196,9 +197,9 @@ impl SystemTimerBuilder {
             time: self.time,
             system_clock: self.system_clock,
             delay_queue,
-            timing_wheel: EntryStore::new(
+            timing_wheel: StripedRwLock::new(
                 timing_wheel,
-                EntryStore::<()>::default_stripes(),
+                StripedRwLock::<TimingWheel>::default_stripes(),
                 pending,
             ),
             flusher: Flusher::new(self.chunking),

@@ -5,7 +5,7 @@
 //!
 //! # Ground rules
 //!
-//! The lock order of the whole timer is stated once, in `store`. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
 //! - The write lock covers only moving the wheel's clocks and detaching the due lists in
 //!   every shard (O(1) each). Re-adding the detached entries runs under one shard's lock at
@@ -22,14 +22,11 @@
 //! # Pausing between budgets
 //!
 //! A call that leaves a flush unfinished returns, and the next call waits up to
-//! [`FLUSH_PAUSE_MS`] for a due list before it goes on with the flush. Without the pause
-//! the driver re-added a level-3 list (150,000-200,000 entries with 10^6 timers a second)
-//! in one stretch of 10-14 ms. Linux tends to queue a woken thread on its waker's
-//! processor: `perf sched timehist` of the load bench (2 processors) showed the executor
-//! thread runnable for 4.0 ms behind the driver while the other processor sat idle, and
-//! tasks due in the 10-25 ms after each such flush began ran 3-5 ms late although the
-//! driver had handed them over on time. The pause lets whatever waits for the driver's
-//! processor run; a flush of 200,000 entries then takes ~25 ms of its 100 ms of slack.
+//! [`FLUSH_PAUSE_MS`] for a due list before it goes on with the flush. Linux tends to queue
+//! a woken thread on its waker's processor, so a driver that re-added a large list in one
+//! stretch kept the executor it had just woken waiting behind it, while tasks came due.
+//! The pause lets whatever waits for the driver's processor run, and the flush still ends
+//! well within its slack (`docs/performance.md`, "Pausing between flush budgets").
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
@@ -38,14 +35,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{SystemTimer, add_timer_task_entry};
-use crate::rt::delay_queue::Due;
+use crate::threads::delay_queue::Due;
 use crate::wheel::TimerTaskList;
 
 /// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
-/// waits for at most one chunk (at most one executor batch expires per chunk). Measured
-/// (issue 15, 10^7 timers added by one thread while they expire, five runs each): with 512
-/// a single `add` waited up to 8-16 ms behind a flush and hundreds waited over 1 ms per run;
-/// with 64, at most 1-4 ms and 1-5 per run, with the same lateness; with 32, longer again.
+/// waits for at most one chunk (at most one executor batch expires per chunk). 64 keeps the
+/// longest wait of an `add` shortest at the same lateness; 512 and 32 were measured worse
+/// (`docs/performance.md`, "The flush chunk size").
 const FLUSH_CHUNK: usize = 64;
 
 /// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
@@ -238,16 +234,18 @@ impl SystemTimer {
         let mut count = 0;
         while flush.stripe < self.timing_wheel.stripes() {
             // Taken before the lock: a new buffer, when the executor has fallen behind, is
-            // an allocation, which with glibc may consolidate an arena (see `rt::delay_queue`).
+            // an allocation, which with glibc may consolidate an arena (see `threads::delay_queue`).
             let mut expired = self.executor.batch();
             let mut read = self.timing_wheel.read_urgent(flush.stripe);
             if self.is_closed() {
                 return None;
             }
-            let (wheel, shard) = read.parts();
-            count += flush.list.flush(shard, chunk - count, |shard, entry| {
-                add_timer_task_entry(wheel, shard, entry, &mut expired);
-            });
+            let timing_wheel = read.value();
+            count += flush
+                .list
+                .flush(read.shard(), chunk - count, |shard, entry| {
+                    add_timer_task_entry(timing_wheel, shard, entry, &mut expired);
+                });
             // Counted in flight under the lock that took them out of the store, so that a
             // `close` waits for these tasks too, and once `size()` no longer counts them;
             // sent once the lock is released.
@@ -270,7 +268,10 @@ impl SystemTimer {
 #[cfg(test)]
 mod tests {
     use super::super::SystemTimer;
-    use crate::{MockTime, Timer, TimerTask, TimerTaskEntry};
+    use crate::mock::MockTime;
+    use crate::store::TimerTaskEntry;
+    use crate::task::{TimerTask, timer_task};
+    use crate::timer::Timer;
     use proptest::prelude::*;
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
@@ -328,7 +329,7 @@ mod tests {
     /// Waits until the executor has run everything handed to it so far.
     fn barrier(timer: &SystemTimer) {
         let (tx, rx) = mpsc::channel();
-        timer.add(crate::timer_task(0, move || tx.send(()).unwrap()));
+        timer.add(timer_task(0, move || tx.send(()).unwrap()));
         rx.recv_timeout(Duration::from_secs(10))
             .expect("executor barrier");
     }

@@ -1,14 +1,14 @@
 //! Kafka's `SystemTimer`: a hierarchical timing wheel, a delay queue of its lists and an
 //! executor pool.
 //!
-//! `add` and `advance_clock` read as Kafka's do, each step one module down: the wheel
-//! (`wheel`) places an entry, the store (`store`) keeps it, the delay queue
-//! (`rt::delay_queue`) says when a list is due, the flush scheduler ([`flush`]) moves the
-//! due lists' entries down the wheel or to the executor (`rt::executor`).
+//! `add` and `advance_clock` read as Kafka's do, each step one module down: the store
+//! (`store`) keeps an entry, the wheel (`wheel`) puts it in a list, the delay queue
+//! (`threads::delay_queue`) says when a list is due, the flush scheduler ([`flush`]) moves
+//! the due lists' entries down the wheel or to the executor (`threads::executor`).
 //!
 //! # Ground rules
 //!
-//! The lock order of the whole timer is stated once, in `store`. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
 //! - `closed` only goes from false to true, under the write lock; `add`, `reschedule`,
 //!   `advance_clock` and each flush chunk read it under a lock, so none of them acts on a
@@ -24,20 +24,26 @@
 
 mod builder;
 mod flush;
+mod reaper;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::rt::executor::Executor;
-use crate::store::{Entry, EntryKey, EntryStore, ReadGuard, Released, ShardState, thread_hint};
-use crate::time::hi_res_clock_ms_ceil;
+use crate::metrics::{TimerMetrics, TimerStats};
+use crate::store::{
+    Entry, EntryKey, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
+};
+use crate::task::TimerTask;
+use crate::threads::executor::Executor;
+use crate::time::{SystemClock, Time, hi_res_clock_ms_ceil};
+use crate::timer::{AddError, Timer};
 use crate::wheel::{BucketQueue, TimingWheel};
-use crate::{AddError, SystemClock, Time, Timer, TimerTask, TimerTaskEntry};
 
 pub use builder::SystemTimerBuilder;
 use flush::Flusher;
+pub use reaper::SystemTimerReaper;
 
 /// How long `close` waits for tasks already handed to the executor (Kafka waits twice 5 s).
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
@@ -46,9 +52,9 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// queue of buckets, and an executor pool (one thread by default, as in Kafka) that runs
 /// expired tasks.
 ///
-/// Something must drive it: call [`advance_clock`](Timer::advance_clock) in a loop (Kafka's
-/// `while (timer.advanceClock(200))`), or wrap it in a
-/// [`SystemTimerReaper`](crate::SystemTimerReaper), which does that on its own thread.
+/// Something must drive it: call [`advance_clock`](Timer::advance_clock) in a loop, or wrap
+/// it in a [`SystemTimerReaper`], which does that on its own thread as Kafka's reaper does
+/// (`while (running) timer.advanceClock(200)`).
 ///
 /// # Examples
 ///
@@ -113,38 +119,19 @@ pub struct SystemTimer {
     system_clock: bool,
     /// Lists by due time. Has its own lock.
     delay_queue: Arc<BucketQueue>,
-    /// The wheel, behind Kafka's reader-writer lock, whose stripes are the shards of the
-    /// entries (see `store`).
-    timing_wheel: EntryStore<TimingWheel>,
+    /// The wheel, behind Kafka's reader-writer lock; the lock's stripes are the shards that
+    /// hold the entries (see `store::lock`).
+    timing_wheel: StripedRwLock<TimingWheel>,
     /// Moves due lists' entries on, a chunk at a time, most urgent first.
     flusher: Flusher,
     executor: Executor,
-    /// Set once, under the write lock of `timing_wheel`.
+    /// Set once, under the write lock.
     closed: AtomicBool,
     /// The bound of [`SystemTimerBuilder::max_pending`], with the exact count of pending
     /// entries it is checked against (kept by the store).
     max_pending: Option<(usize, Arc<AtomicUsize>)>,
     /// Its gauge and counters (the `metrics` feature; empty without it).
-    metrics: crate::metrics::TimerMetrics,
-}
-
-/// What a [`SystemTimer`] did since it was built: see [`SystemTimer::stats`].
-///
-/// Counted per shard under the locks `add` and `cancel` take anyway, so keeping them costs
-/// an `add` nothing measurable; read without a lock, so a reading taken while other threads
-/// add or flush may be a moment behind. Exact once the timer is quiet.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimerStats {
-    /// Tasks the timer took (refused ones not counted).
-    pub added: u64,
-    /// Tasks handed to the executor, those whose delay was <= 0 included.
-    pub expired: u64,
-    /// Successful [`TimerTaskEntry::cancel`] calls.
-    pub cancelled: u64,
-    /// `add` and `try_add` calls that did not take their task.
-    pub refused: u64,
-    /// Tasks waiting: the same as [`size`](Timer::size).
-    pub pending: u64,
+    metrics: TimerMetrics,
 }
 
 impl SystemTimer {
@@ -255,7 +242,7 @@ impl SystemTimer {
     /// );
     /// ```
     pub fn stats(&self) -> TimerStats {
-        let counts = self.timing_wheel.counts();
+        let counts = self.timing_wheel.shards().counts();
         TimerStats {
             added: counts.added,
             expired: counts.expired,
@@ -288,7 +275,7 @@ impl SystemTimer {
     /// assert!(timer.storage_bytes() <= empty + 512 * 1024, "given back but a spare per shard");
     /// ```
     pub fn storage_bytes(&self) -> usize {
-        self.timing_wheel.mapped_bytes()
+        self.timing_wheel.shards().mapped_bytes()
     }
 }
 
@@ -315,13 +302,13 @@ impl SystemTimer {
         expiration_ms: i64,
     ) -> Result<TimerTaskEntry, AddError> {
         let mut read = self.timing_wheel.read(thread_hint());
-        if self.closed.load(Ordering::Acquire) {
-            read.parts().1.counts.refused += 1;
+        if self.is_closed() {
+            read.shard().counts.refused += 1;
             return Err(AddError::Closed(task));
         }
         if delay_ms <= 0 {
             // Already expired, whatever the wheel's clock says (see "Differences").
-            let counts = &mut read.parts().1.counts;
+            let counts = &mut read.shard().counts;
             counts.added += 1;
             counts.expired += 1;
             // Counted under the read lock, so a concurrent `close` waits for the task; sent
@@ -332,10 +319,10 @@ impl SystemTimer {
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
         if !self.reserve_pending() {
-            read.parts().1.counts.refused += 1;
+            read.shard().counts.refused += 1;
             return Err(AddError::Full(task));
         }
-        match read.parts().1.insert(task, expiration_ms) {
+        match read.shard().insert(task, expiration_ms) {
             Ok(key) => Ok(self.place(read, key, expiration_ms)),
             Err(task) => self.insert_elsewhere(read, task, expiration_ms),
         }
@@ -349,16 +336,17 @@ impl SystemTimer {
         key: EntryKey,
         expiration_ms: i64,
     ) -> TimerTaskEntry {
-        let (wheel, shard) = read.parts();
+        let timing_wheel = read.value();
+        let shard = read.shard();
         shard.counts.added += 1;
         let mut expired = Vec::new();
         let entry = Entry {
             index: key.index,
             expiration_ms,
         };
-        add_timer_task_entry(wheel, shard, entry, &mut expired);
+        add_timer_task_entry(timing_wheel, shard, entry, &mut expired);
         if expired.is_empty() {
-            return TimerTaskEntry::pending(read.shard(), key, expiration_ms);
+            return TimerTaskEntry::pending(read.home(), key, expiration_ms);
         }
         read.publish_len();
         let handover = self.executor.hand_over(expired);
@@ -378,11 +366,11 @@ impl SystemTimer {
     ) -> Result<TimerTaskEntry, AddError> {
         let Some(mut read) = self.stripe_with_room() else {
             self.unreserve_pending();
-            own.parts().1.counts.refused += 1;
+            own.shard().counts.refused += 1;
             return Err(AddError::Full(task));
         };
         drop(own);
-        let Ok(key) = read.parts().1.insert(task, expiration_ms) else {
+        let Ok(key) = read.shard().insert(task, expiration_ms) else {
             unreachable!("a shard with room took no entry")
         };
         Ok(self.place(read, key, expiration_ms))
@@ -451,7 +439,8 @@ impl Timer for SystemTimer {
         if self.is_closed() {
             return false;
         }
-        let (wheel, state) = read.parts();
+        let timing_wheel = read.value();
+        let state = read.shard();
         let mut expired = Vec::new();
         if delay_ms <= 0 {
             let Some(task) = state.take(key) else {
@@ -463,7 +452,7 @@ impl Timer for SystemTimer {
             let Some(moved) = state.reschedule(key, expiration_ms) else {
                 return false;
             };
-            add_timer_task_entry(wheel, state, moved, &mut expired);
+            add_timer_task_entry(timing_wheel, state, moved, &mut expired);
         }
         entry.set_expiration(state, expiration_ms);
         if !expired.is_empty() {
@@ -501,7 +490,7 @@ impl Timer for SystemTimer {
             // A bounded timer keeps the count exactly, one shared counter: never a moment
             // above the bound, as a sum of the shards' lengths could be.
             Some((_, pending)) => pending.load(Ordering::Acquire),
-            None => self.timing_wheel.len(),
+            None => self.timing_wheel.shards().pending_len(),
         }
     }
 
@@ -522,7 +511,7 @@ impl SystemTimer {
     fn stripe_with_room(&self) -> Option<ReadGuard<'_, TimingWheel>> {
         (0..self.timing_wheel.stripes()).find_map(|stripe| {
             let mut read = self.timing_wheel.try_read(stripe)?;
-            (!read.parts().1.is_full()).then_some(read)
+            (!read.shard().is_full()).then_some(read)
         })
     }
 
@@ -577,7 +566,7 @@ impl fmt::Debug for SystemTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SystemTimer")
             .field("executor_name", &self.executor_name)
-            .field("size", &self.timing_wheel.len())
+            .field("size", &self.timing_wheel.shards().pending_len())
             .field("closed", &self.is_closed())
             .finish_non_exhaustive()
     }

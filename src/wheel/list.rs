@@ -3,12 +3,12 @@
 //!
 //! Kafka's list holds its entries. Here a [`TimerTaskList`] is the list's identity and its
 //! expiration; its entries are stored per shard, as chains of slot indices in each shard
-//! (see `store::ring`), and [`TimerTaskList::flush`] takes them out of one shard a chunk at
-//! a time.
+//! (see `store::chains`), and [`TimerTaskList::flush`] takes them out of one shard a chunk
+//! at a time.
 //!
 //! # Ground rules
 //!
-//! See `store` for the lock order of the whole timer. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
 //! - `expiration_ms` is atomic. Adds set it under a read lock (the stripe they add to); a
 //!   flush resets it under the write lock, just before it detaches every shard's part. An
@@ -52,6 +52,12 @@ impl TimerTaskList {
         self.slack_ms
     }
 
+    /// Appends the entry in slot `index` of `shard`, in no list yet, to this list. The caller
+    /// holds the shard's lock, a read lock of the wheel.
+    pub(crate) fn add(&self, shard: &mut ShardState, index: u32) {
+        shard.link(self.id, index);
+    }
+
     /// Sets the list's expiration, unless it already has an earlier one. Returns true if it
     /// changed (then the caller offers the list to the delay queue).
     ///
@@ -90,15 +96,24 @@ impl TimerTaskList {
         self.expiration_ms.store(NO_EXPIRATION, Ordering::Relaxed);
     }
 
-    /// Takes up to `max` of this list's detached entries in `shard` out and hands each to
-    /// `f` (Kafka's `flush(addTimerTaskEntry)`, a chunk at a time); returns how many.
+    /// Takes up to `max` of this list's detached entries in `shard` out, oldest first, and
+    /// hands each to `f` with the shard, to be re-added or expired (Kafka's
+    /// `flush(addTimerTaskEntry)`, a chunk at a time); returns how many. The caller holds
+    /// the shard's lock, a read lock of the wheel.
     pub(crate) fn flush(
         &self,
         shard: &mut ShardState,
         max: usize,
-        f: impl FnMut(&mut ShardState, Entry),
+        mut f: impl FnMut(&mut ShardState, Entry),
     ) -> usize {
-        shard.flush_list(self.id, max, f)
+        let mut entries = shard.flush_buffer();
+        shard.take_detached(self.id, max, &mut entries);
+        let count = entries.len();
+        for entry in entries.drain(..) {
+            f(shard, entry);
+        }
+        shard.return_flush_buffer(entries);
+        count
     }
 }
 

@@ -51,10 +51,10 @@
 //!
 //! # Ground rules
 //!
-//! See `store` for the lock order of the whole timer. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
 //! - The hierarchy sits behind the timer's reader-writer lock
-//!   ([`EntryStore`](crate::store::EntryStore)): `add` runs under a read lock (its thread's
+//!   (`store::StripedRwLock`): `add` runs under a read lock (its thread's
 //!   stripe, whose shard it adds to), [`TimingWheel::advance_clock`] under the write lock,
 //!   which it takes as proof. So an add never sees a level's clock
 //!   move. The read side is striped, so the wheel is reached through `&self` only, and
@@ -80,8 +80,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use crate::rt::delay_queue::DelayQueue;
 use crate::store::{Entry, ShardState, WriteGuard};
+use crate::threads::delay_queue::DelayQueue;
 use geometry::{LevelShape, before_next_tick, clamp_start, round_down};
 
 pub(crate) use geometry::Geometry;
@@ -196,8 +196,8 @@ impl TimingWheel {
     /// the delay queue if its expiration changed.
     fn add_to_list(&self, shard: &mut ShardState, index: u32, expiration_ms: i64) {
         let at = self.geometry.list_at(&self.shape, expiration_ms);
-        shard.link(at.id, index);
         let list = &self.lists[(at.id - self.shape.first_list) as usize];
+        list.add(shard, index);
         if list.set_expiration(at.due_ms) {
             self.queue.offer(Arc::clone(list), at.due_ms);
         }
@@ -271,15 +271,15 @@ impl fmt::Debug for TimingWheel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MockTime;
-    use crate::store::{Entry, EntryStore};
+    use crate::mock::MockTime;
+    use crate::store::{Entry, StripedRwLock};
 
     /// A wheel of Kafka's javadoc example (u = 1, n = 3) on a mock clock, with the drive
     /// loop of `SystemTimer::advance_clock` reduced to its steps.
     struct Example {
         time: MockTime,
         queue: Arc<BucketQueue>,
-        lock: EntryStore<TimingWheel>,
+        lock: StripedRwLock<TimingWheel>,
         c: i64,
     }
 
@@ -295,7 +295,7 @@ mod tests {
             Example {
                 time,
                 queue,
-                lock: EntryStore::new(wheel, 1, None),
+                lock: StripedRwLock::new(wheel, 1, None),
                 c,
             }
         }
@@ -303,10 +303,11 @@ mod tests {
         /// Adds an entry due at `c + offset`; returns false if it is already expired.
         fn add(&self, offset: i64) -> bool {
             let mut read = self.lock.read(0);
-            let (wheel, shard) = read.parts();
+            let wheel = read.value();
+            let shard = read.shard();
             let expiration_ms = self.c + offset;
             let key = shard
-                .insert(crate::timer_task(0, || {}), expiration_ms)
+                .insert(crate::task::timer_task(0, || {}), expiration_ms)
                 .ok()
                 .unwrap();
             let added = wheel.add(
@@ -326,7 +327,7 @@ mod tests {
         fn layout(&self) -> Vec<(usize, usize, &'static str, i64)> {
             let mut read = self.lock.read(0);
             let mut out = Vec::new();
-            let shard = read.parts().1;
+            let shard = read.shard();
             for (level, wheel) in self.lock.value_for_tests().levels().into_iter().enumerate() {
                 let per_bucket = wheel.shape.lists_per_bucket as usize;
                 for (i, list) in wheel.lists().iter().enumerate() {
@@ -367,8 +368,8 @@ mod tests {
                     }
                 }
                 let mut read = self.lock.read(0);
-                let (wheel, shard) = read.parts();
-                list.flush(shard, usize::MAX, |shard, entry| {
+                let wheel = read.value();
+                list.flush(read.shard(), usize::MAX, |shard, entry| {
                     if !wheel.add(shard, entry) {
                         fired.push(entry.expiration_ms - self.c);
                         drop(shard.remove(entry.index));

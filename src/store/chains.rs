@@ -3,7 +3,7 @@
 //! Kafka's bucket is a doubly linked list of entry objects. Here a list's part in a shard
 //! ([`ListPart`]) is two chains of fixed blocks of 251 slot indices: the *current* chain,
 //! which adds append to, and the *detached* chain, which a flush takes entries from,
-//! oldest first (see [`Rings::detach`]). A flush then reads indices in runs rather than
+//! oldest first (see [`Chains::detach`]). A flush then reads indices in runs rather than
 //! chasing a pointer per entry, and detaching a list for a flush is O(1) however long it
 //! is.
 //!
@@ -13,7 +13,7 @@
 //!
 //! # Ground rules
 //!
-//! - Part of a shard's state, guarded by the shard's lock (see `store`).
+//! - Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
 //! - A block's header says which list it belongs to and which chain: it is in the current
 //!   chain iff its epoch is its list part's epoch, which every detach moves on. So a detach
 //!   touches no block but the bottom of the current chain.
@@ -25,7 +25,7 @@
 //!   loses entries, so no block inside a chain is ever empty; an emptied block goes back
 //!   to the shard's blocks at once.
 //! - Blocks come from [`Chunks`]: mapped 64 at a time, unmapped when all 64 are free. Adding
-//!   never moves what is stored: no ring ever reallocates, on any thread.
+//!   never moves what is stored: no chain ever reallocates, on any thread.
 
 use std::fmt;
 
@@ -154,7 +154,7 @@ impl ListPart {
 }
 
 /// The list parts of one shard and the blocks they are made of.
-pub(crate) struct Rings {
+pub(crate) struct Chains {
     blocks: Chunks<Block>,
     /// The last block a chain let go of, kept for the next chain that needs one (or `NIL`):
     /// an entry added and cancelled over and over at a block's edge then costs a block
@@ -164,9 +164,9 @@ pub(crate) struct Rings {
     parts: Vec<ListPart>,
 }
 
-impl Rings {
-    pub(crate) const fn new() -> Rings {
-        Rings {
+impl Chains {
+    pub(crate) const fn new() -> Chains {
+        Chains {
             blocks: Chunks::new(),
             spare: NIL,
             parts: Vec::new(),
@@ -235,7 +235,7 @@ impl Rings {
     }
 
     /// Moves list `id`'s current chain onto its detached chain, in O(1): a flush then takes
-    /// these entries out with [`pop_detached`](Rings::pop_detached), while later adds start
+    /// these entries out with [`pop_detached`](Chains::pop_detached), while later adds start
     /// a new current chain. Detaching again before the flush is done extends it.
     pub(crate) fn detach(&mut self, id: u32) {
         let Some(part) = self.parts.get(id as usize).copied() else {
@@ -417,36 +417,36 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Rings plus where each slot is, fixed up as a shard does.
+    /// Chains plus where each slot is, fixed up as a shard does.
     struct Model {
-        rings: Rings,
+        chains: Chains,
         locs: HashMap<u32, Loc>,
     }
 
     impl Model {
         fn new() -> Model {
             Model {
-                rings: Rings::new(),
+                chains: Chains::new(),
                 locs: HashMap::new(),
             }
         }
         fn push(&mut self, id: u32, index: u32) {
-            let loc = self.rings.push(id, index);
+            let loc = self.chains.push(id, index);
             self.locs.insert(index, loc);
         }
         fn remove(&mut self, index: u32) {
             let loc = self.locs.remove(&index).unwrap();
-            if let Some((moved, at)) = self.rings.remove(loc) {
+            if let Some((moved, at)) = self.chains.remove(loc) {
                 self.locs.insert(moved, at);
             }
         }
         fn pop(&mut self, id: u32) -> Option<u32> {
-            let index = self.rings.pop_detached(id)?;
+            let index = self.chains.pop_detached(id)?;
             self.locs.remove(&index);
             Some(index)
         }
         fn sorted(&self, id: u32) -> Vec<u32> {
-            let mut entries = self.rings.entries(id);
+            let mut entries = self.chains.entries(id);
             entries.sort_unstable();
             entries
         }
@@ -458,7 +458,7 @@ mod tests {
         for index in 0..600 {
             m.push(3, index);
         }
-        m.rings.detach(3);
+        m.chains.detach(3);
         m.push(3, 1_000); // after the detach: not part of this flush
         m.remove(5); // cancels in the detached chain
         m.remove(599);
@@ -472,10 +472,10 @@ mod tests {
         let expected: Vec<u32> = (0..599).filter(|&i| i != 5).collect();
         assert_eq!(flushed, expected);
         assert_eq!(m.sorted(3), [1_001]);
-        m.rings.detach(3);
+        m.chains.detach(3);
         assert_eq!(m.pop(3), Some(1_001));
         assert_eq!(m.pop(3), None);
-        assert_eq!(m.rings.blocks_in_use(), 0, "every block went back");
+        assert_eq!(m.chains.blocks_in_use(), 0, "every block went back");
     }
 
     #[test]
@@ -485,7 +485,7 @@ mod tests {
             m.push(7, index);
         }
         m.remove(10); // the last entry of the chain, 999, takes its place
-        m.rings.detach(7);
+        m.chains.detach(7);
         let flushed: Vec<u32> = std::iter::from_fn(|| m.pop(7)).collect();
         let mut expected: Vec<u32> = (0..1_000).filter(|&i| i != 10 && i != 999).collect();
         expected.insert(10, 999);
@@ -498,14 +498,14 @@ mod tests {
         for index in 0..300 {
             m.push(0, index);
         }
-        m.rings.detach(0);
+        m.chains.detach(0);
         for _ in 0..100 {
             m.pop(0).unwrap();
         }
         for index in 300..700 {
             m.push(0, index);
         }
-        m.rings.detach(0);
+        m.chains.detach(0);
         // Cancels reach entries of both detaches.
         m.remove(650);
         let remaining: Vec<u32> = m.sorted(0);
@@ -516,7 +516,7 @@ mod tests {
         flushed.sort_unstable();
         assert_eq!(flushed, remaining);
         assert_eq!(flushed.len(), 599);
-        assert_eq!(m.rings.blocks_in_use(), 0);
+        assert_eq!(m.chains.blocks_in_use(), 0);
     }
 
     #[test]
@@ -539,21 +539,21 @@ mod tests {
                 m.remove(live.swap_remove(at));
             }
             if next() % 500 == 0 {
-                m.rings.detach(next() % 4);
+                m.chains.detach(next() % 4);
             }
         }
         // Every remaining entry's loc points at it.
         for (&index, &loc) in &m.locs {
-            assert_eq!(m.rings.entry(loc.block(), loc.offset()), index);
+            assert_eq!(m.chains.entry(loc.block(), loc.offset()), index);
         }
-        let mut all: Vec<u32> = (0..4).flat_map(|id| m.rings.entries(id)).collect();
+        let mut all: Vec<u32> = (0..4).flat_map(|id| m.chains.entries(id)).collect();
         all.sort_unstable();
         live.sort_unstable();
         assert_eq!(all, live);
         for index in live {
             m.remove(index);
         }
-        assert_eq!(m.rings.blocks_in_use(), 0);
+        assert_eq!(m.chains.blocks_in_use(), 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! # Ground rules
 //!
-//! See `store` for the lock order of the whole timer. Here:
+//! The lock order is in `crate::lock_order`. Here:
 //!
 //! - The task itself never lives in the handle. It lives in a slot of its timer's entry
 //!   store and is moved out of there exactly once, under the shard's lock: to the executor
@@ -12,7 +12,7 @@
 //! - The handle names its slot by index and generation, and a slot never has the same
 //!   generation twice, so a stale handle never reaches a later task in the same slot. It
 //!   keeps a `&'static` reference to its shard: shards are pooled for the life of the
-//!   process (see `store`), so the handle stays valid after its timer is gone and
+//!   process (see `pool`), so the handle stays valid after its timer is gone and
 //!   costs no reference count.
 //! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
 //!   handle and its clones share a record in the shard, keyed by the entry, which the last
@@ -22,7 +22,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use crate::store::{EntryKey, Shard, ShardState};
+use super::shard::{Shard, ShardState};
+use super::slots::EntryKey;
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;
@@ -108,7 +109,7 @@ impl TimerTaskEntry {
     pub(crate) fn set_expiration(&self, state: &mut ShardState, expiration_ms: i64) {
         self.expiration_ms.store(expiration_ms, Ordering::Relaxed);
         if self.bits.load(Ordering::Relaxed) & SHARED != 0 {
-            state.set_clone_expiration(self.key(), expiration_ms);
+            state.clones.set_expiration(self.key(), expiration_ms);
         }
     }
 
@@ -130,7 +131,8 @@ impl TimerTaskEntry {
             // A clone may have rescheduled the entry: the shared record knows.
             Some(shard) if self.bits.load(Ordering::Relaxed) & SHARED != 0 => shard
                 .lock()
-                .clone_expiration(self.key())
+                .clones
+                .expiration(self.key())
                 .unwrap_or_else(|| self.expiration_ms.load(Ordering::Relaxed)),
             _ => self.expiration_ms.load(Ordering::Relaxed),
         }
@@ -158,9 +160,10 @@ impl TimerTaskEntry {
     ///
     /// # Differences from Kafka
     ///
-    /// Kafka's cancel cannot stop a task that a concurrent flush is moving, and reports
-    /// nothing. Here the entry's slot decides: exactly one of `cancel` and the executor gets
-    /// the task, and `cancel` says which.
+    /// Kafka cancels through the task (`TimerTask.cancel`), which unlinks its entry from its
+    /// bucket; it reports nothing, and a concurrent flush can link a cancelled entry again
+    /// (the race its source admits). Here the entry's slot decides: exactly one of `cancel`
+    /// and the executor gets the task, and `cancel` says which.
     pub fn cancel(&self) -> bool {
         let Some(shard) = self.shard else {
             return false;
@@ -172,7 +175,7 @@ impl TimerTaskEntry {
         };
         state.counts.cancelled += 1;
         if self.bits.fetch_or(CANCELLED, Ordering::Relaxed) & SHARED != 0 {
-            state.set_clone_cancelled(key);
+            state.clones.set_cancelled(key);
         }
         drop(state);
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
@@ -202,7 +205,7 @@ impl TimerTaskEntry {
             return true;
         }
         match self.shard {
-            Some(shard) if bits & SHARED != 0 => shard.lock().clone_cancelled(self.key()),
+            Some(shard) if bits & SHARED != 0 => shard.lock().clones.cancelled(self.key()),
             _ => false,
         }
     }
@@ -221,8 +224,8 @@ impl Clone for TimerTaskEntry {
         let mut state = shard.lock();
         let bits = self.bits.fetch_or(SHARED, Ordering::Relaxed);
         let expiration_ms = self.expiration_ms.load(Ordering::Relaxed);
-        state.add_clone(key, bits & CANCELLED != 0, expiration_ms);
-        let expiration_ms = state.clone_expiration(key).unwrap_or(expiration_ms);
+        state.clones.add(key, bits & CANCELLED != 0, expiration_ms);
+        let expiration_ms = state.clones.expiration(key).unwrap_or(expiration_ms);
         drop(state);
         TimerTaskEntry {
             shard: Some(shard),
@@ -238,7 +241,7 @@ impl Drop for TimerTaskEntry {
         if let Some(shard) = self.shard
             && *self.bits.get_mut() & SHARED != 0
         {
-            shard.lock().drop_clone(self.key());
+            shard.lock().clones.remove(self.key());
         }
     }
 }

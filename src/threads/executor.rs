@@ -21,8 +21,8 @@
 //!   (and, with one thread, for nothing: the tasks queued behind it run after it returns).
 //!   The threads it cannot join (its own among them) are joined by the next `close` or the
 //!   drop from outside the pool.
-//! - Lock order (see `store`): the executor's mutexes (`idle`'s, `threads`, `buffers`) are
-//!   leaves; none is held while a task runs or while another lock is taken, and none is
+//! - Lock order (see `crate::lock_order`): the executor's mutexes (`idle`'s, `threads`,
+//!   `buffers`) are leaves; none is held while a task runs or while another lock is taken, and none is
 //!   taken under a lock of the timer.
 
 use std::any::Any;
@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use crate::TimerTask;
 use crate::prefetch::prefetch;
+use crate::task::TimerTask;
 
 /// Tasks per batch buffer: a flush hands over at most one chunk's expired tasks per job
 /// (`system_timer::flush`'s chunk, 64 entries).
@@ -135,7 +135,7 @@ impl Executor {
     /// a new one.
     ///
     /// The timer's driver fills these while it flushes. Reusing them keeps allocations off
-    /// its path (see `docs/design.md`, "Memory").
+    /// its path (see `crate::lock_order`: no allocation under a shard's lock).
     pub(crate) fn batch(&self) -> Vec<Box<dyn TimerTask>> {
         self.tracker
             .buffers

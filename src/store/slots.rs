@@ -7,16 +7,16 @@
 //!
 //! # Ground rules
 //!
-//! - Part of a shard's state, guarded by the shard's lock (see `store`).
+//! - Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
 //! - A slot is *vacant* (no task) or *occupied*. Its generation counts its occupants; a
 //!   slot whose generation would wrap is retired instead of reused, and chunk numbers keep
 //!   their highest generation when their chunk is unmapped (see `chunks`), so a key never
 //!   names a later occupant.
 
+use super::chains::Loc;
 use super::chunks::{Chunks, Item, NIL};
 use super::region::Region;
-use super::ring::Loc;
-use crate::TimerTask;
+use crate::task::TimerTask;
 
 /// Slots per chunk: 2^11, 64 KiB of 32-byte slots.
 const CHUNK_SHIFT: u32 = 11;
@@ -192,7 +192,7 @@ mod tests {
 
     fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
         slots
-            .insert(crate::timer_task(0, || {}), expiration_ms)
+            .insert(crate::task::timer_task(0, || {}), expiration_ms)
             .ok()
             .unwrap()
     }

@@ -3,9 +3,9 @@
 //! # Ground rules
 //!
 //! - One [`Mutex`] guards the heap, the sequence counter and the closed flag; one
-//!   [`Condvar`] wakes pollers. It is a leaf, offered to under a shard's mutex (see `store`
-//!   for the order). No user code runs under the lock but the queue's `Time`, which a
-//!   timer may have been given by its caller.
+//!   [`Condvar`] wakes pollers. It is a leaf, offered to under a shard's mutex (see
+//!   `crate::lock_order`). No user code runs under the lock but the queue's `Time`, which
+//!   a timer may have been given by its caller.
 //! - Waiting is never busy: a poller sleeps until the head item is due, its timeout passes,
 //!   an earlier item is offered, or the queue is closed. An item is due once the clock's
 //!   `hi_res_clock_ms()` reaches its due time, and the wait until then comes from one place,
@@ -18,9 +18,9 @@
 //! - The heap's buffer is allocated whole when the queue is made ([`MIN_PRUNE_AT`] items,
 //!   24 KiB for a timer's lists), grows only with the live items, and shrinks only once
 //!   they fall to a quarter of it. An offer is made by the driver in the middle of a
-//!   flush, under a shard's lock: a buffer that grew there as stale items piled up cost
-//!   glibc's allocator a consolidation of the arena's freed chunks, 29 ms in the
-//!   `reconcile` example (measured with a `perf probe` on `malloc_consolidate`; issue 15).
+//!   flush, under a shard's lock, where an allocation may cost glibc a consolidation of
+//!   the arena's freed chunks: 29 ms, measured (docs/performance.md, "The delay queue's
+//!   buffer").
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,8 +30,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::Time;
-use crate::time::time_until_ms;
+use crate::time::{Time, time_until_ms};
 
 /// A condvar-based delay queue: items ordered by due time, taken only once due.
 pub(crate) struct DelayQueue<T> {
@@ -166,7 +165,7 @@ impl<T> DelayQueue<T> {
             };
             // Zero only if the head became due since `now_ms` was read: then loop once more.
             // Past the end of the nanosecond range a saturating wait would be zero while
-            // nothing is due, and the poll would spin (issue 10, defect 4).
+            // nothing is due, and the poll would spin.
             let wait = match state.heap.peek() {
                 Some(head) => left.min(time_until_ms(&*self.time, head.0.due_ms)),
                 None => left,
@@ -226,7 +225,8 @@ impl<T> fmt::Debug for DelayQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MockTime, SystemClock};
+    use crate::mock::MockTime;
+    use crate::time::SystemClock;
     use std::thread;
 
     fn mock_queue() -> (MockTime, DelayQueue<&'static str>) {

@@ -11,7 +11,7 @@ use std::fmt;
 
 use crossbeam_channel::Sender;
 
-use crate::{IntoDelayMs, TimerTask};
+use crate::task::{IntoDelayMs, TimerTask};
 
 /// Creates a task that sends `message` into `sender` when it runs, `delay` after it is added
 /// to a timer: the channel's receivers — any number of worker threads, or a

@@ -3,7 +3,7 @@
 //! # Ground rules
 //!
 //! - The wrapped timer is shared (`Arc`) by the handle and the reaper thread; the thread
-//!   only calls `advance_clock(200)` on it, in the reapers' loop (`rt::reaper`).
+//!   only calls `advance_clock(200)` on it, in the reapers' loop (`threads::reaper`).
 //! - `close` and `stop` ask the loop to stop, then close the wrapped timer (which wakes a
 //!   thread blocked in `SystemTimer::advance_clock`), then join the thread. So an idle
 //!   reaper closes in the time it takes to wake and join a thread, not in one poll; called
@@ -13,8 +13,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::rt::reaper::ReaperThread;
-use crate::{AddError, Timer, TimerTask, TimerTaskEntry};
+use crate::store::TimerTaskEntry;
+use crate::task::TimerTask;
+use crate::threads::reaper::ReaperThread;
+use crate::timer::{AddError, Timer};
 
 /// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
 const WORK_TIMEOUT_MS: i64 = 200;

@@ -7,7 +7,7 @@
 //! [`MockTimer`](crate::MockTimer) runs on its own `MockTime`, a `SystemTimer` may run on
 //! any `Time`. But every timer reports, for each task it takes, the expiration it gave it,
 //! and that expiration is the instant of the `add` (or `reschedule`) plus the delay, on the
-//! timer's clock ([`TimerTaskEntry::expiration_ms`]). So a schedule reads "now" from the
+//! timer's clock (`TimerTaskEntry::expiration_ms`). So a schedule reads "now" from the
 //! task it schedules anyway: `now = expiration - delay`. That is exact unless the sum
 //! saturated at `i64::MIN` or `i64::MAX`; only then does a schedule ask the timer once
 //! more, with a no-op task of delay 0, whose expiration is "now" itself (it costs one
@@ -17,7 +17,8 @@
 //! "now" read this way is at most 1 ms ahead of its clock, never behind: a schedule built
 //! on it is never early.
 
-use crate::{Timer, TimerTaskEntry, timer_task};
+use crate::task::timer_task;
+use crate::timer::Timer;
 
 /// What a periodic schedule does about ticks it missed (tokio's `MissedTickBehavior`).
 ///
@@ -100,15 +101,16 @@ pub(crate) fn added_at_ms(expiration_ms: i64, delay_ms: i64) -> Option<i64> {
     expiration_ms.checked_sub(delay_ms)
 }
 
-/// Returns `timer`'s clock at the moment `entry` was scheduled for `delay_ms`; where that
-/// expiration saturated, reads the clock again with a no-op task (see the module docs).
-pub(crate) fn clock_ms(timer: &dyn Timer, entry: &TimerTaskEntry, delay_ms: i64) -> i64 {
-    added_at_ms(entry.expiration_ms(), delay_ms).unwrap_or_else(|| probe_clock_ms(timer))
+/// Returns `timer`'s clock at the moment a task was given `expiration_ms` for a delay of
+/// `delay_ms`; where that expiration saturated, reads the clock again with a no-op task (see
+/// the module docs).
+pub(crate) fn clock_ms(timer: &dyn Timer, expiration_ms: i64, delay_ms: i64) -> i64 {
+    added_at_ms(expiration_ms, delay_ms).unwrap_or_else(|| probe_clock_ms(timer))
 }
 
 /// Reads `timer`'s clock: the expiration of a no-op task of delay 0 (handed to the
 /// executor, or refused by a closed timer, either way at once) is the instant of its add.
-pub(crate) fn probe_clock_ms(timer: &dyn Timer) -> i64 {
+fn probe_clock_ms(timer: &dyn Timer) -> i64 {
     timer.add(timer_task(0, || {})).expiration_ms()
 }
 

@@ -7,11 +7,11 @@
 //!   chosen by its hash. A map holds, per key, the *slot* of the one task that counts for
 //!   that key: an id unique to that scheduling (from `next_id`) and the handle of its timer
 //!   entry, `None` while the `add` that makes it has not returned yet.
-//! - The timer holds a wrapper per scheduling ([`KeyedTask`]) with its key, its id and the
-//!   user's task. When the timer runs it, it first *claims* its slot: under the shard's
-//!   lock, it removes the slot if the slot still has its id (Kafka's
-//!   `tasks.remove(key, this)`), and only then runs the user's task. A wrapper whose slot
-//!   was replaced or removed drops the user's task unrun. So the map decides, under one
+//! - The timer holds a token task per scheduling (`schedule::token`), whose token is the
+//!   scheduling's id and whose payload is the key and the user's task. When the timer
+//!   runs it, it first *claims* its slot: under the shard's lock, it removes the slot if
+//!   the slot still has its id (Kafka's `tasks.remove(key, this)`), and only then runs the
+//!   user's task. A wrapper whose slot was replaced or removed drops the user's task unrun. So the map decides, under one
 //!   lock, between a `schedule`/`cancel` and an expiry: if `schedule` or `cancel` removed
 //!   the slot first, the task never runs, even if the timer had already handed the wrapper
 //!   to its executor; if the expiry claimed it first, `schedule` found no slot to replace
@@ -25,7 +25,7 @@
 //!   closed) removes its slot if the slot is still its own, so that `len` and
 //!   `is_scheduled` forget tasks that will never run.
 //! - `len` counts slots; it changes only under the lock of the shard it counts for.
-//! - Lock order: a shard's mutex is a leaf. No timer call, no task's code (`run`,
+//! - Lock order (see `crate::lock_order`): a shard's mutex is a leaf. No timer call, no task's code (`run`,
 //!   `delay_ms`, `Drop`) and no drop of a handle happens while one is held; of the
 //!   caller's code only the key's `Hash`, `Eq`, `Clone` and `Drop` run under it.
 
@@ -38,7 +38,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::{Timer, TimerTask, TimerTaskEntry};
+use super::token::{TokenOwner, TokenTask};
+use crate::store::TimerTaskEntry;
+use crate::task::TimerTask;
+use crate::timer::Timer;
 
 /// Maps per keyed timer: threads that schedule different keys seldom wait for each other.
 const SHARDS: usize = 64;
@@ -361,12 +364,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// Adds the wrapper of scheduling `id` of `key` to the timer, and records its entry in
     /// the slot, unless the slot was replaced or removed meanwhile: then cancels the entry.
     fn add(&self, key: K, id: u64, task: Box<dyn TimerTask>) {
-        let entry = self.timer.add(Box::new(KeyedTask {
-            key: key.clone(),
-            id,
-            shared: Arc::clone(&self.shared),
-            task: Some(task),
-        }));
+        let delay_ms = task.delay_ms();
+        let wrapper = TokenTask::boxed(Arc::clone(&self.shared), id, delay_ms, (key.clone(), task));
+        let entry = self.timer.add(wrapper);
         let mut map = self.shared.shard(&key).lock();
         match map.get_mut(&key) {
             Some(slot) if slot.id == id => slot.entry = Some(entry),
@@ -409,39 +409,22 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
     }
 }
 
-/// A task of a keyed timer, as the timer holds it: runs the user's task only if it is still
-/// the one scheduled under its key (see the module's ground rules).
-struct KeyedTask<K: Eq + Hash + Send + Sync + 'static> {
-    key: K,
-    id: u64,
-    shared: Arc<Shared<K>>,
-    /// The user's task; taken out when the wrapper runs.
-    task: Option<Box<dyn TimerTask>>,
-}
+/// A keyed timer's token task: runs the user's task only if it is still the one scheduled
+/// under its key (see the module's ground rules).
+impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
+    type Payload = (K, Box<dyn TimerTask>);
 
-impl<K: Eq + Hash + Send + Sync + 'static> TimerTask for KeyedTask<K> {
-    fn delay_ms(&self) -> i64 {
-        self.task.as_ref().map_or(0, |task| task.delay_ms())
-    }
-
-    fn run(mut self: Box<Self>) {
-        let Some(task) = self.task.take() else {
-            return;
-        };
-        if self.shared.remove_if_current(&self.key, self.id) {
+    fn expired(self: Arc<Self>, id: u64, (key, task): (K, Box<dyn TimerTask>)) {
+        if self.remove_if_current(&key, id) {
             task.run();
         }
         // Otherwise replaced or cancelled: `task` is dropped here, unrun.
     }
-}
 
-impl<K: Eq + Hash + Send + Sync + 'static> Drop for KeyedTask<K> {
-    fn drop(&mut self) {
+    fn dropped(self: Arc<Self>, id: u64, (key, _task): (K, Box<dyn TimerTask>)) {
         // Dropped unrun by the timer (closed, stopped, refused) or by a cancel: forget the
         // key if it is still this task's.
-        if self.task.is_some() {
-            self.shared.remove_if_current(&self.key, self.id);
-        }
+        self.remove_if_current(&key, id);
     }
 }
 

@@ -2,8 +2,10 @@
 //!
 //! # Ground rules
 //!
-//! - A [`MockTimer`]'s tasks sit in the slots of one shard of an entry store, as a
-//!   `SystemTimer`'s do, so their handles are the same. The order in which they run is a
+//! The lock order is in `crate::lock_order`. Here:
+//!
+//! - A [`MockTimer`]'s tasks sit in the slots of one pooled shard, as a `SystemTimer`'s do,
+//!   so their handles are the same. The order in which they run is a
 //!   [`Mutex`]-guarded map from (expiration, insertion number) to the entry. Lock order: the
 //!   map, then the shard. Tasks run on the caller's thread with both locks released, so a
 //!   task may add to, cancel on, or advance its own timer.
@@ -14,143 +16,19 @@
 //! - `closed` is set under the map's lock, and `add` checks it again under that lock before
 //!   inserting, so no task can slip in after `close` emptied the timer.
 
+mod time;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::store::{EntryKey, EntryStore, Shard};
-use crate::time::NANOS_PER_MS;
-use crate::{AddError, Time, Timer, TimerTask, TimerTaskEntry};
+use crate::store::{EntryKey, Shard, Shards, TimerTaskEntry};
+use crate::task::TimerTask;
+use crate::timer::{AddError, Timer};
 
-/// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
-///
-/// Clones share one clock. [`sleep`](MockTime::sleep) moves it forward and returns at once.
-/// It covers the whole `i64` millisecond range: moved far enough, it stops at `i64::MAX`
-/// ms (it saturates, never wraps). Its [`nanoseconds`](MockTime::nanoseconds) reach
-/// `i64::MAX` 292 years after its start and stay there;
-/// [`nanoseconds_wide`](Time::nanoseconds_wide) goes on.
-///
-/// # Examples
-///
-/// ```
-/// use timingwheel::MockTime;
-///
-/// let time = MockTime::new();
-/// let shared = time.clone();
-/// let start = time.hi_res_clock_ms();
-/// shared.sleep(1_500);
-/// assert_eq!(time.hi_res_clock_ms(), start + 1_500);
-/// assert_eq!(MockTime::new().hi_res_clock_ms(), start, "every new clock starts at the same value");
-/// ```
-#[derive(Clone)]
-pub struct MockTime {
-    clock: Arc<MockClock>,
-}
-
-/// Whole milliseconds: `sleep` moves the clock by whole milliseconds only, and an `i64` of
-/// them covers the whole range, where an `i64` of nanoseconds stops after 292 years.
-struct MockClock {
-    wall_ms: AtomicI64,
-    hi_res_ms: AtomicI64,
-}
-
-impl MockTime {
-    /// The wall clock of a new `MockTime`: 2020-09-13T12:26:40Z, in ms since the epoch.
-    const START_WALL_MS: i64 = 1_600_000_000_000;
-    /// The monotonic clock of a new `MockTime`, in ms.
-    const START_HI_RES_MS: i64 = 1_000_000;
-
-    /// Creates a clock at a fixed start: the same for every new `MockTime`.
-    pub fn new() -> MockTime {
-        MockTime {
-            clock: Arc::new(MockClock {
-                wall_ms: AtomicI64::new(Self::START_WALL_MS),
-                hi_res_ms: AtomicI64::new(Self::START_HI_RES_MS),
-            }),
-        }
-    }
-
-    /// Returns the wall clock, in milliseconds since the Unix epoch.
-    pub fn milliseconds(&self) -> i64 {
-        self.clock.wall_ms.load(Ordering::SeqCst)
-    }
-
-    /// Returns the monotonic clock, in milliseconds.
-    pub fn hi_res_clock_ms(&self) -> i64 {
-        self.clock.hi_res_ms.load(Ordering::SeqCst)
-    }
-
-    /// Returns the monotonic clock, in nanoseconds, saturating at `i64::MAX` (292 years
-    /// after the start; see [`nanoseconds_wide`](Time::nanoseconds_wide) for the rest).
-    pub fn nanoseconds(&self) -> i64 {
-        self.hi_res_clock_ms().saturating_mul(NANOS_PER_MS)
-    }
-
-    /// Returns the monotonic clock, in nanoseconds, over the whole `i64` millisecond range.
-    pub fn nanoseconds_wide(&self) -> i128 {
-        i128::from(self.hi_res_clock_ms()) * i128::from(NANOS_PER_MS)
-    }
-
-    /// Moves both clocks forward by `ms` milliseconds (saturating); never blocks.
-    ///
-    /// # Panics
-    ///
-    /// Panics if `ms` is negative: a clock never goes back.
-    #[track_caller]
-    pub fn sleep(&self, ms: i64) {
-        assert!(
-            ms >= 0,
-            "MockTime::sleep: ms must not be negative, got {ms}"
-        );
-        let add = |clock: &AtomicI64| {
-            let _ = clock.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                Some(now.saturating_add(ms))
-            });
-        };
-        add(&self.clock.wall_ms);
-        add(&self.clock.hi_res_ms);
-    }
-}
-
-impl Default for MockTime {
-    fn default() -> Self {
-        MockTime::new()
-    }
-}
-
-impl Time for MockTime {
-    fn milliseconds(&self) -> i64 {
-        MockTime::milliseconds(self)
-    }
-
-    fn nanoseconds(&self) -> i64 {
-        MockTime::nanoseconds(self)
-    }
-
-    fn nanoseconds_wide(&self) -> i128 {
-        MockTime::nanoseconds_wide(self)
-    }
-
-    fn hi_res_clock_ms(&self) -> i64 {
-        MockTime::hi_res_clock_ms(self)
-    }
-
-    fn sleep(&self, ms: i64) {
-        MockTime::sleep(self, ms)
-    }
-}
-
-impl fmt::Debug for MockTime {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MockTime")
-            .field("milliseconds", &self.milliseconds())
-            .field("hi_res_clock_ms", &self.hi_res_clock_ms())
-            .finish()
-    }
-}
+pub use time::MockTime;
 
 /// Kafka's `MockTimer`: a deterministic timer for users' own tests.
 ///
@@ -199,8 +77,8 @@ pub struct MockTimer {
     time: MockTime,
     /// The order in which tasks run. Taken before the shard's lock.
     order: Mutex<Order>,
-    /// The tasks: one shard.
-    store: EntryStore<()>,
+    /// The tasks: one shard, locked on its own (there is no wheel to guard).
+    entries: Shards,
     /// Set once, under `order`'s lock.
     closed: AtomicBool,
 }
@@ -254,7 +132,7 @@ impl MockTimer {
         MockTimer {
             time,
             order: Mutex::new(Order::default()),
-            store: EntryStore::new((), 1, None),
+            entries: Shards::take(1, None),
             closed: AtomicBool::new(false),
         }
     }
@@ -265,7 +143,7 @@ impl MockTimer {
     }
 
     fn shard(&self) -> &'static Shard {
-        self.store.read(0).shard()
+        self.entries[0]
     }
 
     /// Takes the first pending task due at `now_ms`, if any.
@@ -403,7 +281,7 @@ impl Timer for MockTimer {
     }
 
     fn size(&self) -> usize {
-        self.store.len()
+        self.entries.pending_len()
     }
 
     /// Stops the timer; idempotent. The tasks still waiting are dropped without running, on

@@ -3,22 +3,22 @@
 //! # Ground rules
 //!
 //! - A schedule is one [`Schedule`], shared by its handles and by its one timer task at a
-//!   time, a [`Tick`] carrying the *generation* it was made for. Everything but `runs` is
-//!   guarded by `state`'s mutex.
-//! - Lock order: `state`, then the timer's own locks. The next tick's task is added and
+//!   time, a token task (`schedule::token`) whose token is the *generation* it was made
+//!   for. Everything but `runs` is guarded by `state`'s mutex.
+//! - Lock order (see `crate::lock_order`): `state`, then the timer's own locks. The next tick's task is added and
 //!   moved under `state` (so that it cannot fire before the state says what it is for); its
 //!   delay is positive, so no timer runs it inside the call, and a timer that hands it to
 //!   its executor inside the call (a tick coarser than the period) hands it to a thread
 //!   that waits for `state`. `state` is never held while the closure runs, while a task is
-//!   cancelled or dropped (a `Tick`'s drop takes it), or while the closure, an entry or the
+//!   cancelled or dropped (a tick's drop takes it), or while the closure, an entry or the
 //!   timer is dropped.
 //! - `running` names the thread in the run loop, set under the lock from `None`: one loop
 //!   at a time, so runs never overlap, whatever the number of executor threads. A tick that
 //!   fires while the loop runs only sets `due`; the loop runs it next.
 //! - `generation` is bumped whenever the pending task is abandoned: on cancel, at the end of
 //!   the schedule, and when the task only told the time because the next tick is due at
-//!   once (a burst). A `Tick` of an older generation does nothing, run or dropped.
-//! - A `Tick` of the current generation dropped unrun means its timer closed, or stopped
+//!   once (a burst). A tick of an older generation does nothing, run or dropped.
+//! - A tick of the current generation dropped unrun means its timer closed, or stopped
 //!   and dropped it: the schedule ends.
 //! - Between runs the closure lives in `state`; the loop takes it out for a run and puts it
 //!   back. Whoever ends the schedule drops it, with the pending task and the timer.
@@ -30,8 +30,11 @@ use std::thread::{self, ThreadId};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::ticks::clock_ms;
-use crate::{IntoDelayMs, MissedTicks, Timer, TimerTask, TimerTaskEntry};
+use super::missed_ticks::{MissedTicks, clock_ms};
+use super::token::{TokenOwner, TokenTask};
+use crate::store::TimerTaskEntry;
+use crate::task::{IntoDelayMs, TimerTask};
+use crate::timer::Timer;
 
 /// Runs `run` every `period_ms` on `timer`'s executor, the first time `period_ms` from now,
 /// until the returned handle is [cancelled](PeriodicHandle::cancel) or the timer closes.
@@ -262,7 +265,7 @@ struct Schedule {
 struct State {
     /// Not cancelled, timer not closed, no run panicked.
     active: bool,
-    /// The generation of the current `Tick`; older ones do nothing.
+    /// The generation of the current tick's task; older ones do nothing.
     generation: u64,
     /// `None` once the schedule ended.
     timer: Option<Arc<dyn Timer>>,
@@ -308,31 +311,17 @@ impl State {
     }
 }
 
-/// The timer task of one tick of a schedule (see the module's ground rules).
-struct Tick {
-    /// Taken by `run`, so that `Drop` knows the task ran.
-    schedule: Option<Arc<Schedule>>,
-    generation: u64,
-    delay_ms: i64,
-}
+/// The timer task of one tick: a token task whose token is the generation it was made for
+/// (see the module's ground rules).
+impl TokenOwner for Schedule {
+    type Payload = ();
 
-impl TimerTask for Tick {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
+    fn expired(self: Arc<Self>, generation: u64, (): ()) {
+        self.on_tick(generation);
     }
 
-    fn run(mut self: Box<Self>) {
-        if let Some(schedule) = self.schedule.take() {
-            schedule.on_tick(self.generation);
-        }
-    }
-}
-
-impl Drop for Tick {
-    fn drop(&mut self) {
-        if let Some(schedule) = self.schedule.take() {
-            schedule.on_dropped(self.generation);
-        }
+    fn dropped(self: Arc<Self>, generation: u64, (): ()) {
+        self.on_dropped(generation);
     }
 }
 
@@ -358,14 +347,10 @@ impl Schedule {
         let Some(timer) = state.timer.as_deref() else {
             unreachable!("an active schedule has its timer");
         };
-        let tick = Box::new(Tick {
-            schedule: Some(Arc::clone(self)),
-            generation: state.generation,
-            delay_ms: self.period_ms,
-        });
+        let tick = TokenTask::boxed(Arc::clone(self), state.generation, self.period_ms, ());
         match timer.try_add(tick) {
             Ok(entry) => {
-                let now_ms = clock_ms(timer, &entry, self.period_ms);
+                let now_ms = clock_ms(timer, entry.expiration_ms(), self.period_ms);
                 Ok((entry, now_ms))
             }
             Err(refused) => Err(refused.into_task()),

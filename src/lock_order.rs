@@ -1,0 +1,68 @@
+//! The crate's lock order, complete: every lock the crate takes, in the one order in which
+//! a thread may hold several. Each module's `# Ground rules` says which lock guards which
+//! field and links here for the order; this module holds no code.
+//!
+//! From outermost to innermost: a thread takes a lock only while it holds no lock of a
+//! later item.
+//!
+//! 1. Locks of what is built on a timer, some of them held while it calls the timer:
+//!    - the purgatory's (`purgatory`): an operation's re-entrant lock, then either one
+//!      watch-list shard's mutex or the operation's `timeout` slot, never both and never
+//!      two shards. Completing cancels the operation's timeout under the operation's lock,
+//!      once the slot is released; no watch-list shard or slot is held while the timer is
+//!      called, and `Timer::add` is called with no purgatory lock held.
+//!    - a periodic schedule's `state` (`schedule::periodic`): the next tick's task is added
+//!      and rescheduled, and the timer's clock read through it, under it. Taken by
+//!      `schedule_periodic`, by the tick's `run` and `Drop` (which timers call with no lock
+//!      of theirs held), and by the handle's `cancel`, which waits on the schedule's `idle`
+//!      condvar with it.
+//! 2. `MockTimer`'s order map (`mock`): taken before its one shard's mutex by `add`,
+//!    `reschedule`, `advance_clock` (released before a task runs), `close` and `stop`.
+//! 3. A shard's mutex (`store::shard`), which is one stripe of a `SystemTimer`'s
+//!    reader-writer lock (`store::lock`). A reader holds one: `add`, `Timer::reschedule`, a
+//!    flush chunk, a handle's `cancel`, and a cloned handle's `clone`, `drop`, `cancelled`
+//!    and `expiration_ms`. A writer holds all of them, taken in index order:
+//!    `advance_clock` to move the wheel's clocks and detach due lists, `close`, `stop`. No
+//!    one else waits for a second shard's mutex while holding one: an `add` whose shard is
+//!    full only *tries* the others (`try_read`), and `mapped_bytes` and a store's creation
+//!    and drop lock them one at a time. A writer and a flush chunk lock with
+//!    `Shard::lock_urgent`.
+//! 4. Leaves under a shard's mutex (nothing is taken under them):
+//!    - the delay queue's mutex (`threads::delay_queue`), with its condvar: offered to by an
+//!      add or a flush under a shard's mutex, closed under the write lock, polled under no
+//!      lock. The timer's `Time`, which may be the caller's, is read under it.
+//!    - the flush scheduler's `unfinished` list (`system_timer::flush`): taken under no
+//!      lock at the start and end of an `advance_clock` call, and under the write lock by
+//!      `close` and `stop`.
+//!    - the overflow wheel's `OnceLock` (`wheel`): created by an add or a flush's re-add,
+//!      under a read lock.
+//! 5. Leaves taken with no lock of items 2-4 held (one of item 1 may be):
+//!    - the executor's job queue, a `crossbeam-channel` (`threads::executor`): expired
+//!      tasks are counted in flight under the shard's mutex that took them out of the
+//!      store, so that `close` waits for them, and sent once it is released
+//!      (`Executor::hand_over`). The executor's `lock` and `idle` condvar: a `close` waiting
+//!      for the tasks in flight, a pool thread that finished a job. Its `threads`: held by
+//!      `close` and the executor's drop while they send the stop messages into the queue
+//!      and join the pool's threads. Its `buffers`: a flush chunk takes an empty batch
+//!      buffer before it locks its shard (a new one is an allocation), and the pool gives
+//!      buffers back under no lock.
+//!    - the reapers' `stop` and `thread` mutexes (`threads::reaper`), never held together:
+//!      `stop` while the stop channel's sender is dropped, `thread` while the reaper thread
+//!      is joined. That thread's polls take the timer's locks, but never these two.
+//!    - the shard pool (`store::pool`): taken when a timer's shards are taken or given
+//!      back.
+//!    - a `KeyedTimer`'s maps (`schedule::keyed`), one at a time: the timer is called, and
+//!      handles and tasks dropped, after it is released. Its token task takes one in `run`
+//!      and `Drop`, which timers call with no lock of theirs held.
+//!    - a `Sleep`'s state (`future::sleep`): taken by `poll`, `is_elapsed`, `reset` (not
+//!      while it calls the timer) and its task's drop; wakers are woken and dropped after
+//!      it is released.
+//!    - the channel of a `send_task` task (`schedule::send_task`): its `run` sends on an
+//!      executor thread (or in `MockTimer::advance_clock`), and its drop drops the sender.
+//!    - metrics (`metrics`): the crate holds no lock of its own there; the recorder's
+//!      handles are set after each `advance_clock` step and at shutdown.
+//!
+//! No user code runs and no task is dropped under the locks of items 2-4, but for the
+//! timer's `Time` (above): `delay_ms` is called before locking, tasks run on the executor
+//! (or on the caller of `MockTimer::advance_clock`), and tasks that are cancelled or closed
+//! away are dropped after the locks are released.

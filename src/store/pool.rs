@@ -1,0 +1,95 @@
+//! The shards of all timers, pooled for the life of the process.
+//!
+//! # Ground rules
+//!
+//! - A shard is a few hundred bytes; its entries' memory is mapped and unmapped as they come
+//!   and go (see `chunks`). Shards themselves are never freed: a timer takes them from
+//!   [`POOL`] and gives them back, emptied, when it is dropped. So a handle can keep a
+//!   `&'static` reference to its shard, and `add` touches no reference count.
+//! - The generations a shard handed out stay with it (see `slots`), so a handle of an old
+//!   timer can never cancel a task of the next timer to use the shard.
+//! - [`POOL`]'s mutex is a leaf (see `crate::lock_order`): a timer's shards are taken and
+//!   given back one lock at a time, with no other lock held.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use parking_lot::Mutex;
+
+use super::released::Released;
+use super::shard::{Counts, Shard};
+
+/// Shards not in use by any timer.
+static POOL: Mutex<Vec<&'static Shard>> = Mutex::new(Vec::new());
+
+/// The shards of one timer, taken from the pool; emptied and given back when dropped.
+pub(crate) struct Shards(Box<[&'static Shard]>);
+
+impl Shards {
+    /// Takes `count` shards from the pool (making new ones if it runs out). With `pending`,
+    /// the shards keep the timer's exact count of pending entries there.
+    pub(crate) fn take(count: usize, pending: Option<Arc<AtomicUsize>>) -> Shards {
+        let mut pool = POOL.lock();
+        let shards: Box<[&'static Shard]> = (0..count)
+            .map(|_| {
+                pool.pop()
+                    .unwrap_or_else(|| Box::leak(Box::new(Shard::new())))
+            })
+            .collect();
+        drop(pool);
+        for shard in &shards {
+            shard.lock().reset(pending.clone());
+        }
+        Shards(shards)
+    }
+
+    /// Returns the number of pending entries in all shards, without locking.
+    pub(crate) fn pending_len(&self) -> usize {
+        self.0.iter().map(|shard| shard.len()).sum()
+    }
+
+    /// Returns the counts of all shards, without locking.
+    pub(crate) fn counts(&self) -> Counts {
+        self.0
+            .iter()
+            .map(|shard| shard.counts())
+            .fold(Counts::default(), Counts::plus)
+    }
+
+    /// Returns the bytes mapped for the entries of all shards (each locked in turn).
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.0.iter().map(|shard| shard.lock().mapped_bytes()).sum()
+    }
+}
+
+impl Deref for Shards {
+    type Target = [&'static Shard];
+    fn deref(&self) -> &[&'static Shard] {
+        &self.0
+    }
+}
+
+impl Drop for Shards {
+    fn drop(&mut self) {
+        let mut cleared = Released::default();
+        for shard in self.0.iter() {
+            let mut state = shard.lock();
+            cleared.absorb(state.clear());
+            state.reset(None);
+        }
+        // Whatever was still waiting is dropped here, with no lock held.
+        drop(cleared);
+        POOL.lock().extend(self.0.iter().copied());
+    }
+}
+
+impl fmt::Debug for Shards {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shards")
+            .field("count", &self.0.len())
+            .field("pending_len", &self.pending_len())
+            .finish()
+    }
+}
