@@ -22,12 +22,13 @@
 #![allow(missing_docs)]
 
 mod common;
+mod peers;
 
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
 use tokio_util::time::DelayQueue;
 
 use common::{
@@ -379,4 +380,13 @@ criterion_group! {
     config = criterion_config(20);
     targets = benches
 }
-criterion_main!(group);
+
+fn main() {
+    if peers::run_requested() {
+        return;
+    }
+    group();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}
