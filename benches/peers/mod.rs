@@ -18,6 +18,9 @@
 //!
 //! `TIMINGWHEEL_PEER_N` sets `N` (a smaller one for valgrind).
 
+// The figures are the output.
+#![allow(clippy::print_stdout)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
