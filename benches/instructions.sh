@@ -4,7 +4,7 @@
 # its operations, and the harness's share (box, Arc, delay) that add and add_cancel include.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p timingwheel-benches --bench instructions
+cargo build --profile bench -q -p timingwheel-benches --bench instructions
 bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -n 1)
 ops=100000
 for f in harness add cancel add_cancel reschedule; do

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
-cargo build --release -q -p timingwheel-benches --bench timers
+cargo build --profile bench -q -p timingwheel-benches --bench timers
 bin=$(ls -t target/release/deps/timers-* | grep -v '\.d$' | head -n 1)
 out=$(mktemp)
 for round in $(seq 1 "$runs"); do

@@ -140,6 +140,7 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
+mod clock;
 mod future;
 mod lock_order;
 mod metrics;

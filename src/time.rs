@@ -1,8 +1,9 @@
 //! Clocks (Kafka's `Time` interface and `Time.SYSTEM`).
 
 use std::fmt;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::clock;
 
 /// A source of time, like Kafka's `org.apache.kafka.common.utils.Time`.
 ///
@@ -134,35 +135,19 @@ pub(crate) fn time_until_ms(time: &dyn Time, due_ms: i64) -> Duration {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-/// The origin of [`SystemClock`]'s monotonic readings: the first reading in this process.
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
-}
-
-/// An offset so that readings are large and positive from the start, as Java's are; code
-/// that subtracts a delay from "now" then stays far from `i64::MIN`.
-const ORIGIN_OFFSET_NANOS: i64 = 1_000_000_000_000_000;
-
 impl SystemClock {
     /// Returns the monotonic nanosecond reading ([`Time::nanoseconds`]), without a call
-    /// through `dyn Time`: `add` reads this for every task.
+    /// through `dyn Time`.
     #[inline]
     fn now_ns() -> i64 {
-        let since = origin().elapsed();
-        // u64 nanoseconds last 584 years from the origin; past 292 the reading saturates.
-        let nanos = since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos());
-        i64::try_from(nanos)
-            .unwrap_or(i64::MAX)
-            .saturating_add(ORIGIN_OFFSET_NANOS)
+        i64::try_from(clock::now_ns()).unwrap_or(i64::MAX)
     }
 
-    /// Returns [`hi_res_clock_ms_ceil`] of the system clock, the fast way: a reading is
-    /// never negative, so rounding up is one unsigned division by a constant.
+    /// Returns [`hi_res_clock_ms_ceil`] of the system clock, the fast way `add` needs (see
+    /// `clock`).
     #[inline]
     pub(crate) fn ms_ceil() -> i64 {
-        let nanos = SystemClock::now_ns() as u64;
-        (nanos.div_ceil(NANOS_PER_MS as u64)) as i64
+        i64::try_from(clock::ms_ceil()).unwrap_or(i64::MAX)
     }
 }
 

@@ -193,7 +193,7 @@ impl MockTimer {
             return Err(AddError::Closed(task));
         }
         let mut shard = self.shard().lock();
-        let key = match shard.insert(task, expiration_ms) {
+        let key = match shard.insert_unlisted(task, expiration_ms) {
             Ok(key) => key,
             Err(task) => return Err(AddError::Full(task)),
         };

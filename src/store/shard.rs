@@ -104,14 +104,28 @@ impl ShardState {
         self.slots.is_full()
     }
 
-    /// Stores a new, unlisted entry and returns its key; gives the task back if the shard
-    /// is full.
+    /// Stores a new entry in list `id` and returns its key; gives the task back if the
+    /// shard is full.
+    #[inline]
     pub(crate) fn insert(
         &mut self,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
+        id: u32,
     ) -> Result<EntryKey, Box<dyn TimerTask>> {
-        self.slots.insert(task, expiration_ms)
+        let chains = &mut self.chains;
+        self.slots
+            .insert(task, expiration_ms, |index| chains.push(id, index))
+    }
+
+    /// Stores a new entry in no list (a timer that orders its entries itself) and returns
+    /// its key; gives the task back if the shard is full.
+    pub(crate) fn insert_unlisted(
+        &mut self,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> Result<EntryKey, Box<dyn TimerTask>> {
+        self.slots.insert(task, expiration_ms, |_| Loc::UNLISTED)
     }
 
     /// True if `key` names a pending entry.

@@ -109,12 +109,14 @@ impl Slots {
         self.0.is_full()
     }
 
-    /// Stores an occupant, unlisted, and returns its key; gives the task back if no slot
-    /// can be had (the shard is full).
+    /// Stores an occupant, listed where `list` puts it (given the slot's index), and returns
+    /// its key; gives the task back if no slot can be had (the shard is full).
+    #[inline]
     pub(crate) fn insert(
         &mut self,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
+        list: impl FnOnce(u32) -> Loc,
     ) -> Result<EntryKey, Box<dyn TimerTask>> {
         let Some((index, slot)) = self.0.take() else {
             return Err(task);
@@ -123,7 +125,7 @@ impl Slots {
         slot.generation += 1;
         slot.task = Some(task);
         slot.expiration_ms = expiration_ms;
-        slot.link = Loc::UNLISTED.into_raw();
+        slot.link = list(index).into_raw();
         Ok(EntryKey {
             index,
             generation: slot.generation,
@@ -192,7 +194,9 @@ mod tests {
 
     fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
         slots
-            .insert(crate::task::timer_task(0, || {}), expiration_ms)
+            .insert(crate::task::timer_task(0, || {}), expiration_ms, |_| {
+                Loc::UNLISTED
+            })
             .ok()
             .unwrap()
     }

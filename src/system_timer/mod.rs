@@ -33,13 +33,13 @@ use std::time::Duration;
 
 use crate::metrics::{TimerMetrics, TimerStats};
 use crate::store::{
-    Entry, EntryKey, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
+    Entry, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
 };
 use crate::task::TimerTask;
 use crate::threads::executor::Executor;
 use crate::time::{SystemClock, Time, hi_res_clock_ms_ceil};
 use crate::timer::{AddError, Timer};
-use crate::wheel::{BucketQueue, TimingWheel};
+use crate::wheel::{BucketQueue, Placement, TimingWheel};
 
 pub use builder::SystemTimerBuilder;
 use flush::Flusher;
@@ -306,8 +306,14 @@ impl SystemTimer {
             read.shard().counts.refused += 1;
             return Err(AddError::Closed(task));
         }
-        if delay_ms <= 0 {
-            // Already expired, whatever the wheel's clock says (see "Differences").
+        // A delay <= 0 is expired whatever the wheel's clock says (see "Differences"); else
+        // the wheel says (only a tick coarser than 1 ms can make it expired).
+        let placement = if delay_ms > 0 {
+            read.value().place(expiration_ms)
+        } else {
+            None
+        };
+        let Some(placement) = placement else {
             let counts = &mut read.shard().counts;
             counts.added += 1;
             counts.expired += 1;
@@ -317,42 +323,20 @@ impl SystemTimer {
             drop(read);
             handover.send();
             return Ok(TimerTaskEntry::expired(expiration_ms));
-        }
+        };
         if !self.reserve_pending() {
             read.shard().counts.refused += 1;
             return Err(AddError::Full(task));
         }
-        match read.shard().insert(task, expiration_ms) {
-            Ok(key) => Ok(self.place(read, key, expiration_ms)),
-            Err(task) => self.insert_elsewhere(read, task, expiration_ms),
-        }
-    }
-
-    /// Puts the entry just stored under `key` in `read`'s shard into the wheel, or, if the
-    /// wheel says it is due (within a tick coarser than 1 ms), hands it to the executor.
-    fn place(
-        &self,
-        mut read: ReadGuard<'_, TimingWheel>,
-        key: EntryKey,
-        expiration_ms: i64,
-    ) -> TimerTaskEntry {
-        let timing_wheel = read.value();
         let shard = read.shard();
-        shard.counts.added += 1;
-        let mut expired = Vec::new();
-        let entry = Entry {
-            index: key.index,
-            expiration_ms,
-        };
-        add_timer_task_entry(timing_wheel, shard, entry, &mut expired);
-        if expired.is_empty() {
-            return TimerTaskEntry::pending(read.home(), key, expiration_ms);
+        match shard.insert(task, expiration_ms, placement.list.id()) {
+            Ok(key) => {
+                shard.counts.added += 1;
+                placement.joined();
+                Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
+            }
+            Err(task) => self.insert_elsewhere(read, placement, task, expiration_ms),
         }
-        read.publish_len();
-        let handover = self.executor.hand_over(expired);
-        drop(read);
-        handover.send();
-        TimerTaskEntry::expired(expiration_ms)
     }
 
     /// `insert` for a task whose thread's shard is full: into another shard with room, or
@@ -361,6 +345,7 @@ impl SystemTimer {
     fn insert_elsewhere(
         &self,
         mut own: ReadGuard<'_, TimingWheel>,
+        placement: Placement<'_>,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
     ) -> Result<TimerTaskEntry, AddError> {
@@ -369,11 +354,16 @@ impl SystemTimer {
             own.shard().counts.refused += 1;
             return Err(AddError::Full(task));
         };
+        // A read lock was held all along, so the wheel's clocks did not move: `placement`
+        // holds.
         drop(own);
-        let Ok(key) = read.shard().insert(task, expiration_ms) else {
+        let shard = read.shard();
+        let Ok(key) = shard.insert(task, expiration_ms, placement.list.id()) else {
             unreachable!("a shard with room took no entry")
         };
-        Ok(self.place(read, key, expiration_ms))
+        shard.counts.added += 1;
+        placement.joined();
+        Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if

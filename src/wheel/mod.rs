@@ -90,6 +90,24 @@ pub(crate) use list::TimerTaskList;
 /// The queue every wheel of a hierarchy offers its lists to.
 pub(crate) type BucketQueue = DelayQueue<Arc<TimerTaskList>>;
 
+/// Where an entry goes: its list, and when that list is due.
+pub(crate) struct Placement<'a> {
+    pub(crate) list: &'a Arc<TimerTaskList>,
+    due_ms: i64,
+    queue: &'a BucketQueue,
+}
+
+impl Placement<'_> {
+    /// Records that an entry joined the list: offers the list to the delay queue if that
+    /// changed its expiration (Kafka's `setExpiration` and `offer`).
+    #[inline]
+    pub(crate) fn joined(self) {
+        if self.list.set_expiration(self.due_ms) {
+            self.queue.offer(Arc::clone(self.list), self.due_ms);
+        }
+    }
+}
+
 /// One level of the hierarchy, owning the levels above it.
 pub(crate) struct TimingWheel {
     level: usize,
@@ -163,43 +181,43 @@ impl TimingWheel {
     }
 
     /// Puts `entry`, unlisted in `shard`, into its list, at this level or above. Returns
-    /// false, touching nothing, if it is already expired: due before `current_time_ms +
-    /// tick_ms`. The caller holds a read lock whose stripe is `shard`.
-    ///
-    /// The list is offered to the delay queue only when its expiration changes. (Kafka also
-    /// returns false for a cancelled entry; here a cancelled entry is no longer in the
-    /// store, so it cannot be added.)
+    /// false, touching nothing, if it is already expired. The caller holds a read lock whose
+    /// stripe is `shard`. (Kafka also returns false for a cancelled entry; here a cancelled
+    /// entry is no longer in the store, so it cannot be added.)
     pub(crate) fn add(&self, shard: &mut ShardState, entry: Entry) -> bool {
-        let Entry {
-            index,
-            expiration_ms,
-        } = entry;
+        let Some(placement) = self.place(entry.expiration_ms) else {
+            return false;
+        };
+        placement.list.add(shard, entry.index);
+        placement.joined();
+        true
+    }
+
+    /// Returns the list an entry expiring at `expiration_ms` goes to, at this level or
+    /// above, or `None` if it is already expired: due before `current_time_ms + tick_ms`.
+    /// The caller holds a read lock, puts the entry into the list and then calls
+    /// [`Placement::joined`].
+    #[inline]
+    pub(crate) fn place(&self, expiration_ms: i64) -> Option<Placement<'_>> {
         // Kafka asks every level whether the entry is expired. Only the lowest can say yes:
         // a level's time is at or below the lowest one's, by less than its own tick, so an
         // entry past the lowest level's range is past every higher level's current tick.
         if before_next_tick(expiration_ms, self.current_time_ms(), self.shape.tick_ms) {
-            return false;
+            return None;
         }
         // Kafka recurses into the overflow wheel; this walks up the same chain.
         let mut wheel = self;
         loop {
             let limit_ms = wheel.limit_ms.load(Ordering::Relaxed);
             if expiration_ms < limit_ms || wheel.last || limit_ms == i64::MAX {
-                wheel.add_to_list(shard, index, expiration_ms);
-                return true;
+                let at = wheel.geometry.list_at(&wheel.shape, expiration_ms);
+                return Some(Placement {
+                    list: &wheel.lists[(at.id - wheel.shape.first_list) as usize],
+                    due_ms: at.due_ms,
+                    queue: &wheel.queue,
+                });
             }
             wheel = wheel.overflow_wheel();
-        }
-    }
-
-    /// Appends the entry to this level's list for `expiration_ms`, and offers the list to
-    /// the delay queue if its expiration changed.
-    fn add_to_list(&self, shard: &mut ShardState, index: u32, expiration_ms: i64) {
-        let at = self.geometry.list_at(&self.shape, expiration_ms);
-        let list = &self.lists[(at.id - self.shape.first_list) as usize];
-        list.add(shard, index);
-        if list.set_expiration(at.due_ms) {
-            self.queue.offer(Arc::clone(list), at.due_ms);
         }
     }
 
@@ -272,7 +290,7 @@ impl fmt::Debug for TimingWheel {
 mod tests {
     use super::*;
     use crate::mock::MockTime;
-    use crate::store::{Entry, StripedRwLock};
+    use crate::store::StripedRwLock;
 
     /// A wheel of Kafka's javadoc example (u = 1, n = 3) on a mock clock, with the drive
     /// loop of `SystemTimer::advance_clock` reduced to its steps.
@@ -306,21 +324,19 @@ mod tests {
             let wheel = read.value();
             let shard = read.shard();
             let expiration_ms = self.c + offset;
-            let key = shard
-                .insert(crate::task::timer_task(0, || {}), expiration_ms)
+            let Some(placement) = wheel.place(expiration_ms) else {
+                return false;
+            };
+            shard
+                .insert(
+                    crate::task::timer_task(0, || {}),
+                    expiration_ms,
+                    placement.list.id(),
+                )
                 .ok()
                 .unwrap();
-            let added = wheel.add(
-                shard,
-                Entry {
-                    index: key.index,
-                    expiration_ms,
-                },
-            );
-            if !added {
-                drop(shard.remove(key.index));
-            }
-            added
+            placement.joined();
+            true
         }
 
         /// (level, bucket, list's due time - c) of every non-empty list, early lists marked.
