@@ -80,6 +80,7 @@ impl Loc {
     /// In no list: just taken out of one by a flush, or in a timer without lists.
     pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
 
+    #[inline]
     fn new(block: u32, offset: usize) -> Loc {
         debug_assert!((block as usize) < MAX_BLOCKS && offset < BLOCK_ENTRIES);
         Loc((block << 8) | offset as u32)
@@ -94,11 +95,13 @@ impl Loc {
     }
 
     /// The packed form, as a slot stores it.
+    #[inline]
     pub(crate) fn into_raw(self) -> u32 {
         self.0
     }
 
     /// A `Loc` from its packed form.
+    #[inline]
     pub(crate) fn from_raw(raw: u32) -> Loc {
         Loc(raw)
     }
@@ -182,6 +185,7 @@ impl Chains {
     }
 
     /// Appends slot `index` to the current chain of list `id`; returns where it went.
+    #[inline]
     pub(crate) fn push(&mut self, id: u32, index: u32) -> Loc {
         let at = id as usize;
         if at >= self.parts.len() {

@@ -49,9 +49,8 @@ pub(crate) trait Item: Sized {
     }
 }
 
-/// One chunk number: its chunk, if mapped, and its bookkeeping.
-struct Chunk<T> {
-    items: Option<Region<T>>,
+/// The bookkeeping of one chunk number (its chunk, if mapped, is in `Chunks::regions`).
+struct Chunk {
     /// Offset of the first vacant item, or `NIL`.
     vacant: u32,
     live: u32,
@@ -63,7 +62,10 @@ struct Chunk<T> {
 
 /// Items of type `T`, in chunks of `2^T::CHUNK_SHIFT`, at most `T::MAX_CHUNKS` chunks.
 pub(crate) struct Chunks<T> {
-    chunks: Vec<Chunk<T>>,
+    /// Each chunk number's chunk, if mapped; apart from `chunks`, so that an item can be
+    /// held while the bookkeeping changes.
+    regions: Vec<Option<Region<T>>>,
+    chunks: Vec<Chunk>,
     /// Chunk numbers whose chunk has room.
     partial: Vec<u32>,
     /// Chunk numbers without a chunk, free to be given one.
@@ -79,6 +81,7 @@ impl<T: Item> Chunks<T> {
     /// Creates empty storage: no chunk is mapped until an item is taken.
     pub(crate) const fn new() -> Chunks<T> {
         Chunks {
+            regions: Vec::new(),
             chunks: Vec::new(),
             partial: Vec::new(),
             unused: Vec::new(),
@@ -102,9 +105,9 @@ impl<T: Item> Chunks<T> {
     /// # Panics
     ///
     /// Panics if its chunk is not mapped.
+    #[inline]
     pub(crate) fn get(&self, index: u32) -> &T {
-        let chunk = self.chunks[(index >> T::CHUNK_SHIFT) as usize]
-            .items
+        let chunk = self.regions[(index >> T::CHUNK_SHIFT) as usize]
             .as_ref()
             .expect("an item of an unmapped chunk");
         &chunk[(index & Self::MASK) as usize]
@@ -115,19 +118,19 @@ impl<T: Item> Chunks<T> {
     /// # Panics
     ///
     /// Panics if its chunk is not mapped.
+    #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
-        let chunk = self.chunks[(index >> T::CHUNK_SHIFT) as usize]
-            .items
+        let chunk = self.regions[(index >> T::CHUNK_SHIFT) as usize]
             .as_mut()
             .expect("an item of an unmapped chunk");
         &mut chunk[(index & Self::MASK) as usize]
     }
 
     /// Returns the item at `index` if its chunk is mapped.
+    #[inline]
     pub(crate) fn try_get(&self, index: u32) -> Option<&T> {
-        let chunk = self.chunks.get((index >> T::CHUNK_SHIFT) as usize)?;
+        let chunk = self.regions.get((index >> T::CHUNK_SHIFT) as usize)?;
         chunk
-            .items
             .as_ref()
             .map(|items| &items[(index & Self::MASK) as usize])
     }
@@ -139,35 +142,40 @@ impl<T: Item> Chunks<T> {
 
     /// Takes a vacant item and returns its index and the item, for the caller to fill.
     /// `None` if the storage is full.
+    #[inline]
     pub(crate) fn take(&mut self) -> Option<(u32, &mut T)> {
         let number = match self.partial.last() {
             Some(&number) => number,
             None => self.map_chunk()?,
         };
+        let items = self.regions[number as usize]
+            .as_mut()
+            .expect("a partial chunk is mapped");
+        let chunk = &mut self.chunks[number as usize];
+        let offset = chunk.vacant;
+        let item = &mut items[offset as usize];
+        chunk.vacant = item.next_vacant();
+        chunk.live += 1;
+        self.live += 1;
         if number == self.empty {
             self.empty = NIL;
         }
-        self.live += 1;
-        let chunk = &mut self.chunks[number as usize];
-        let offset = chunk.vacant;
-        chunk.live += 1;
-        let items = chunk.items.as_mut().expect("a partial chunk is mapped");
-        let next = items[offset as usize].next_vacant();
-        chunk.vacant = next;
-        if next == NIL {
+        if chunk.vacant == NIL {
             let at = std::mem::replace(&mut chunk.partial_at, NIL);
-            self.unlist_partial(at);
+            unlist_partial(&mut self.partial, &mut self.chunks, at);
         }
-        let item = self.get_mut((number << T::CHUNK_SHIFT) | offset);
         Some(((number << T::CHUNK_SHIFT) | offset, item))
     }
 
     /// Gives the item at `index` back; the caller has taken out what it owned.
+    #[inline]
     pub(crate) fn give_back(&mut self, index: u32) {
         let number = index >> T::CHUNK_SHIFT;
         let offset = index & Self::MASK;
+        let items = self.regions[number as usize]
+            .as_mut()
+            .expect("an item of an unmapped chunk");
         let chunk = &mut self.chunks[number as usize];
-        let items = chunk.items.as_mut().expect("an item of an unmapped chunk");
         let had_room = chunk.vacant != NIL;
         if items[offset as usize].vacate(chunk.vacant) {
             chunk.vacant = offset;
@@ -193,8 +201,8 @@ impl<T: Item> Chunks<T> {
         let number = match self.unused.pop() {
             Some(number) => number,
             None if self.chunks.len() < T::MAX_CHUNKS => {
+                self.regions.push(None);
                 self.chunks.push(Chunk {
-                    items: None,
                     vacant: NIL,
                     live: 0,
                     partial_at: NIL,
@@ -221,8 +229,8 @@ impl<T: Item> Chunks<T> {
         let items = Region::new(per_chunk as usize, |offset| {
             T::vacant(next(offset as u32), generation)
         });
+        self.regions[number as usize] = Some(items);
         let chunk = &mut self.chunks[number as usize];
-        chunk.items = Some(items);
         chunk.vacant = 0;
         chunk.partial_at = self.partial.len() as u32;
         self.partial.push(number);
@@ -230,9 +238,12 @@ impl<T: Item> Chunks<T> {
     }
 
     /// Takes the empty chunk of `number` away, remembering its highest generation.
+    #[cold]
     fn unmap_chunk(&mut self, number: u32) {
         let chunk = &mut self.chunks[number as usize];
-        let items = chunk.items.take().expect("unmapping an unmapped chunk");
+        let items = self.regions[number as usize]
+            .take()
+            .expect("unmapping an unmapped chunk");
         let generation = items.iter().map(T::generation).max().unwrap_or(0);
         chunk.generation = generation;
         chunk.vacant = NIL;
@@ -241,17 +252,9 @@ impl<T: Item> Chunks<T> {
         }
         let at = std::mem::replace(&mut chunk.partial_at, NIL);
         if at != NIL {
-            self.unlist_partial(at);
+            unlist_partial(&mut self.partial, &mut self.chunks, at);
         }
         self.released.push(items);
-    }
-
-    /// Removes `partial[at]`, keeping the moved chunk's `partial_at` right.
-    fn unlist_partial(&mut self, at: u32) {
-        self.partial.swap_remove(at as usize);
-        if let Some(&moved) = self.partial.get(at as usize) {
-            self.chunks[moved as usize].partial_at = at;
-        }
     }
 
     /// True if chunks wait to be unmapped.
@@ -273,7 +276,7 @@ impl<T: Item> Chunks<T> {
         self.partial.clear();
         self.unused.clear();
         for (number, chunk) in self.chunks.iter_mut().enumerate() {
-            if let Some(items) = chunk.items.take() {
+            if let Some(items) = self.regions[number].take() {
                 chunk.generation = items.iter().map(T::generation).max().unwrap_or(0);
                 out.push(items);
             }
@@ -289,11 +292,15 @@ impl<T: Item> Chunks<T> {
 
     /// The bytes of every mapped chunk.
     pub(crate) fn mapped_bytes(&self) -> usize {
-        self.chunks
-            .iter()
-            .filter_map(|chunk| chunk.items.as_ref())
-            .map(Region::bytes)
-            .sum()
+        self.regions.iter().flatten().map(Region::bytes).sum()
+    }
+}
+
+/// Removes `partial[at]`, keeping the moved chunk's `partial_at` right.
+fn unlist_partial(partial: &mut Vec<u32>, chunks: &mut [Chunk], at: u32) {
+    partial.swap_remove(at as usize);
+    if let Some(&moved) = partial.get(at as usize) {
+        chunks[moved as usize].partial_at = at;
     }
 }
 
@@ -333,8 +340,7 @@ mod tests {
         assert_eq!(chunks.mapped_bytes(), 0);
         let taken: Vec<u32> = (0..40).map(|_| chunks.take().unwrap().0).collect();
         assert_eq!(chunks.live(), 40);
-        let mapped =
-            |c: &Chunks<Cell<4, 1_000>>| c.chunks.iter().filter(|c| c.items.is_some()).count();
+        let mapped = |c: &Chunks<Cell<4, 1_000>>| c.regions.iter().flatten().count();
         assert_eq!(mapped(&chunks), 3, "16 items per chunk");
         for &index in &taken[..32] {
             chunks.give_back(index);

@@ -63,6 +63,7 @@ pub struct TimerTaskEntry {
 
 impl TimerTaskEntry {
     /// A handle to a task that waits in `shard` under `key`.
+    #[inline]
     pub(crate) fn pending(shard: &'static Shard, key: EntryKey, expiration_ms: i64) -> Self {
         debug_assert_eq!(key.index & !INDEX_MASK, 0);
         TimerTaskEntry {

@@ -62,11 +62,13 @@ impl<T> StripedRwLock<T> {
         (threads * 4).next_power_of_two().min(64)
     }
 
+    #[inline]
     fn shard(&self, stripe: usize) -> &'static Shard {
         self.shards[stripe & (self.shards.len() - 1)]
     }
 
     /// Takes the read lock of stripe `stripe` (modulo the number of stripes).
+    #[inline]
     pub(crate) fn read(&self, stripe: usize) -> ReadGuard<'_, T> {
         let shard = self.shard(stripe);
         ReadGuard {
@@ -141,16 +143,19 @@ impl<T> fmt::Debug for StripedRwLock<T> {
 
 impl<'a, T> ReadGuard<'a, T> {
     /// Returns the guarded value: it cannot change while this guard lives.
+    #[inline]
     pub(crate) fn value(&self) -> &'a T {
         self.value
     }
 
     /// Returns the state of the stripe's shard, locked.
+    #[inline]
     pub(crate) fn shard(&mut self) -> &mut ShardState {
         &mut self.guard
     }
 
     /// Returns the stripe's shard itself, for a handle to find its entry again.
+    #[inline]
     pub(crate) fn home(&self) -> &'static Shard {
         self.shard
     }
@@ -175,6 +180,7 @@ impl<'a, T> WriteGuard<'a, T> {
 
 /// A small number that differs between threads, fixed for each thread's life: the stripe
 /// (and so the shard) a thread reads and adds to.
+#[inline]
 pub(crate) fn thread_hint() -> usize {
     use std::sync::atomic::Ordering;
     static NEXT: AtomicUsize = AtomicUsize::new(0);

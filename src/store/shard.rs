@@ -134,6 +134,7 @@ impl ShardState {
     }
 
     /// Appends the unlisted entry in slot `index` to list `id`.
+    #[inline]
     pub(crate) fn link(&mut self, id: u32, index: u32) {
         let loc = self.chains.push(id, index);
         let slot = self.slots.get_mut(index);
@@ -297,6 +298,7 @@ impl Shard {
     }
 
     /// Locks the shard.
+    #[inline]
     pub(crate) fn lock(&self) -> ShardGuard<'_> {
         ShardGuard {
             state: Some(self.state.lock()),
@@ -370,12 +372,14 @@ impl ShardGuard<'_> {
 
 impl std::ops::Deref for ShardGuard<'_> {
     type Target = ShardState;
+    #[inline]
     fn deref(&self) -> &ShardState {
         self.state.as_deref().expect("ShardGuard used after drop")
     }
 }
 
 impl std::ops::DerefMut for ShardGuard<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut ShardState {
         self.state
             .as_deref_mut()

@@ -26,6 +26,7 @@ impl Divisor {
         Divisor { divisor, magic }
     }
 
+    #[inline]
     fn divide(self, dividend: u64) -> u64 {
         if self.magic != 0 && dividend <= u64::from(u32::MAX) {
             ((u128::from(self.magic) * u128::from(dividend)) >> 64) as u64
@@ -78,6 +79,7 @@ pub(crate) struct Geometry {
 impl LevelShape {
     /// Returns how long after this level's epoch `time_ms` is, if that is from 0 to
     /// `u32::MAX` ms (49 days): the range where [`Divisor`] multiplies.
+    #[inline]
     fn since_epoch(&self, time_ms: i64) -> Option<u64> {
         if self.epoch_ms == i64::MIN {
             return None;
@@ -150,6 +152,7 @@ impl Geometry {
 
     /// Returns the list an entry expiring at `expiration_ms` belongs to at the level of
     /// shape `shape` (one of this geometry's).
+    #[inline]
     pub(super) fn list_at(&self, shape: &LevelShape, expiration_ms: i64) -> ListFor {
         // The bucket's range starts within one tick below the expiration.
         let (bucket, start_ms) = match shape.since_epoch(expiration_ms) {
@@ -171,6 +174,7 @@ impl Geometry {
 
     /// Returns the list of `bucket` (whose range starts at `start_ms`) at a level of shape
     /// `shape` that an entry expiring at `expiration_ms` belongs to.
+    #[inline]
     fn list_in(shape: &LevelShape, bucket: u32, start_ms: i64, expiration_ms: i64) -> ListFor {
         let early =
             shape.lists_per_bucket == 2 && expiration_ms.saturating_sub(start_ms) < shape.early_ms;
@@ -197,6 +201,7 @@ impl Geometry {
 /// never expire an entry due at `i64::MAX`, and would re-add it to a due list forever. A
 /// saturating difference is: where the true difference leaves the `i64` range, it is beyond
 /// every span on the same side of zero.
+#[inline]
 pub(super) fn before_next_tick(time_ms: i64, current_time_ms: i64, span_ms: i64) -> bool {
     time_ms.saturating_sub(current_time_ms) < span_ms
 }

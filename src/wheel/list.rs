@@ -43,6 +43,7 @@ impl TimerTaskList {
     }
 
     /// Returns the index of this list's part in each shard.
+    #[inline]
     pub(crate) fn id(&self) -> u32 {
         self.id
     }
@@ -54,6 +55,7 @@ impl TimerTaskList {
 
     /// Appends the entry in slot `index` of `shard`, in no list yet, to this list. The caller
     /// holds the shard's lock, a read lock of the wheel.
+    #[inline]
     pub(crate) fn add(&self, shard: &mut ShardState, index: u32) {
         shard.link(self.id, index);
     }
@@ -66,6 +68,7 @@ impl TimerTaskList {
     /// bucket) can: keeping the earlier expiration flushes the list early enough for all
     /// its entries (the later ones are re-added), and does not queue it again for every add
     /// that alternates between the rounds.
+    #[inline]
     pub(crate) fn set_expiration(&self, expiration_ms: i64) -> bool {
         // Reading first keeps the common case (same list, same due time) free of writes to a
         // cache line that every adding thread reads.

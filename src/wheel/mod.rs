@@ -253,6 +253,7 @@ impl TimingWheel {
     }
 
     /// Returns this level's current time.
+    #[inline]
     pub(crate) fn current_time_ms(&self) -> i64 {
         self.current_time_ms.load(Ordering::Relaxed)
     }
