@@ -86,10 +86,12 @@ impl Loc {
         Loc((block << 8) | offset as u32)
     }
 
+    #[inline]
     fn block(self) -> u32 {
         self.0 >> 8
     }
 
+    #[inline]
     fn offset(self) -> usize {
         (self.0 & 0xFF) as usize
     }
@@ -292,26 +294,6 @@ impl Chains {
         Some(index)
     }
 
-    /// Takes the last entry of block `top`, the top of one of list `id`'s chains, and
-    /// returns it; gives the block back if that emptied it.
-    fn pop_top(&mut self, id: u32, top: u32, current: bool) -> (u32, Loc) {
-        let part = self.parts[id as usize];
-        let words = &mut self.blocks.get_mut(top).0;
-        let len = words[LEN] - 1;
-        let index = words[HEADER + len as usize];
-        words[LEN] = len;
-        // The detached bottom's entries below `head` are gone already.
-        let floor = if !current && top == part.detached.bottom {
-            part.head
-        } else {
-            0
-        };
-        if len == floor {
-            self.drop_top(id, top, current);
-        }
-        (index, Loc::new(top, len as usize))
-    }
-
     /// Takes the emptied block `top` off the top of one of list `id`'s chains.
     #[cold]
     fn drop_top(&mut self, id: u32, top: u32, current: bool) {
@@ -345,21 +327,33 @@ impl Chains {
 
     /// Takes the entry at `loc` out of its list. The last entry of the same chain moves
     /// into its place: returns that entry's slot and new place, for the caller to record.
+    #[inline]
     pub(crate) fn remove(&mut self, loc: Loc) -> Option<(u32, Loc)> {
         let block = loc.block();
         let (id, epoch) = {
             let words = &self.blocks.get(block).0;
             (words[LIST], words[EPOCH])
         };
-        let part = self.parts[id as usize];
+        let part = &self.parts[id as usize];
         let current = epoch == part.epoch;
-        let top = if current {
-            part.current.top
+        let (top, floor) = if current {
+            (part.current.top, 0)
+        } else if part.detached.top == part.detached.bottom {
+            // The detached bottom's entries below `head` are gone already.
+            (part.detached.top, part.head)
         } else {
-            part.detached.top
+            (part.detached.top, 0)
         };
-        let (last, was_at) = self.pop_top(id, top, current);
-        if was_at == loc {
+        // The last entry of the chain: the top block's.
+        let words = &mut self.blocks.get_mut(top).0;
+        let len = words[LEN] - 1;
+        let last = words[HEADER + len as usize];
+        words[LEN] = len;
+        if len == floor {
+            self.drop_top(id, top, current);
+        }
+        let last_at = Loc::new(top, len as usize);
+        if last_at == loc {
             return None;
         }
         self.blocks.get_mut(block).0[HEADER + loc.offset()] = last;

@@ -93,6 +93,7 @@ impl TimerTaskEntry {
         }
     }
 
+    #[inline]
     fn key(&self) -> EntryKey {
         EntryKey {
             index: self.bits.load(Ordering::Relaxed) & INDEX_MASK,

@@ -194,11 +194,13 @@ impl ShardState {
 
     /// Takes the occupant named by `key` out of its list and its slot, if it is still
     /// there, and returns its task.
+    #[inline]
     pub(crate) fn take(&mut self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
         self.slots.is_live(key).then(|| self.remove(key.index))
     }
 
     /// Takes the occupant of slot `index` out of its list and its slot and returns its task.
+    #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
         self.unlink(index);
         if let Some(pending) = &self.pending {
@@ -224,6 +226,7 @@ impl ShardState {
     }
 
     /// Takes the occupant of slot `index` out of its list, if it is in one.
+    #[inline]
     fn unlink(&mut self, index: u32) {
         let slot = self.slots.get_mut(index);
         let loc = slot.loc();

@@ -54,11 +54,13 @@ impl Slot {
     }
 
     /// Returns where the occupant is listed.
+    #[inline]
     pub(crate) fn loc(&self) -> Loc {
         Loc::from_raw(self.link)
     }
 
     /// Records where the occupant is listed.
+    #[inline]
     pub(crate) fn set_loc(&mut self, loc: Loc) {
         self.link = loc.into_raw();
     }
@@ -133,6 +135,7 @@ impl Slots {
     }
 
     /// True if `key` names the current occupant of its slot.
+    #[inline]
     pub(crate) fn is_live(&self, key: EntryKey) -> bool {
         self.0
             .try_get(key.index)
@@ -140,16 +143,19 @@ impl Slots {
     }
 
     /// Returns the slot `index`.
+    #[inline]
     pub(crate) fn get(&self, index: u32) -> &Slot {
         self.0.get(index)
     }
 
     /// Returns the slot `index`, mutably.
+    #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut Slot {
         self.0.get_mut(index)
     }
 
     /// Empties the occupied slot `index` and returns its task. The caller has unlisted it.
+    #[inline]
     pub(crate) fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
         let slot = self.0.get_mut(index);
         debug_assert_eq!(slot.loc(), Loc::UNLISTED);
