@@ -135,6 +135,15 @@ impl<T: Item> Chunks<T> {
             .map(|items| &items[(index & Self::MASK) as usize])
     }
 
+    /// Returns the item at `index` mutably, if its chunk is mapped.
+    #[inline]
+    pub(crate) fn try_get_mut(&mut self, index: u32) -> Option<&mut T> {
+        let chunk = self.regions.get_mut((index >> T::CHUNK_SHIFT) as usize)?;
+        chunk
+            .as_mut()
+            .map(|items| &mut items[(index & Self::MASK) as usize])
+    }
+
     /// True if no item can be taken: every chunk number is used and full, or retired.
     pub(crate) fn is_full(&self) -> bool {
         self.partial.is_empty() && self.unused.is_empty() && self.chunks.len() == T::MAX_CHUNKS

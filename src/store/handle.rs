@@ -17,7 +17,9 @@
 //! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
 //!   handle and its clones share a record in the shard, keyed by the entry, which the last
 //!   of them removes when dropped. Cloning and cancelling both set flags under the shard's
-//!   lock, so a cancel through any handle is seen by all of them.
+//!   lock, so a cancel through any handle is seen by all of them; and since every writer
+//!   of a handle's bits holds that lock, a plain load and store set them (readers take
+//!   none).
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
@@ -91,6 +93,16 @@ impl TimerTaskEntry {
             generation: 0,
             expiration_ms: AtomicI64::new(expiration_ms),
         }
+    }
+
+    /// Sets `flags` in the handle's bits and returns the bits before. The caller holds the
+    /// shard's lock, as every writer of the bits does: a load and a store then do what a
+    /// locked read-modify-write would, for a fraction of its cost.
+    #[inline]
+    fn set_bits(&self, flags: u32) -> u32 {
+        let bits = self.bits.load(Ordering::Relaxed);
+        self.bits.store(bits | flags, Ordering::Relaxed);
+        bits
     }
 
     #[inline]
@@ -176,7 +188,7 @@ impl TimerTaskEntry {
             return false;
         };
         state.counts.cancelled += 1;
-        if self.bits.fetch_or(CANCELLED, Ordering::Relaxed) & SHARED != 0 {
+        if self.set_bits(CANCELLED) & SHARED != 0 {
             state.clones.set_cancelled(key);
         }
         drop(state);
@@ -224,7 +236,7 @@ impl Clone for TimerTaskEntry {
         };
         let key = self.key();
         let mut state = shard.lock();
-        let bits = self.bits.fetch_or(SHARED, Ordering::Relaxed);
+        let bits = self.set_bits(SHARED);
         let expiration_ms = self.expiration_ms.load(Ordering::Relaxed);
         state.clones.add(key, bits & CANCELLED != 0, expiration_ms);
         let expiration_ms = state.clones.expiration(key).unwrap_or(expiration_ms);

@@ -196,17 +196,26 @@ impl ShardState {
     /// there, and returns its task.
     #[inline]
     pub(crate) fn take(&mut self, key: EntryKey) -> Option<Box<dyn TimerTask>> {
-        self.slots.is_live(key).then(|| self.remove(key.index))
+        let (task, loc) = self.slots.take(key)?;
+        Some(self.left(task, loc))
     }
 
     /// Takes the occupant of slot `index` out of its list and its slot and returns its task.
     #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
-        self.unlink(index);
+        let (task, loc) = self.slots.vacate(index);
+        self.left(task, loc)
+    }
+
+    /// Takes an entry that left its slot out of its list (at `loc`) and the pending count,
+    /// and returns its task.
+    #[inline]
+    fn left(&mut self, task: Box<dyn TimerTask>, loc: Loc) -> Box<dyn TimerTask> {
+        self.unlist(loc);
         if let Some(pending) = &self.pending {
             pending.fetch_sub(1, Ordering::Relaxed);
         }
-        self.slots.vacate(index)
+        task
     }
 
     /// Moves the occupant named by `key`, if it is still there, out of its list and gives it
@@ -230,10 +239,17 @@ impl ShardState {
     fn unlink(&mut self, index: u32) {
         let slot = self.slots.get_mut(index);
         let loc = slot.loc();
+        slot.set_loc(Loc::UNLISTED);
+        self.unlist(loc);
+    }
+
+    /// Takes the entry listed at `loc` out of its list (nothing for `Loc::UNLISTED`); the
+    /// entry that moves into its place records its new place.
+    #[inline]
+    fn unlist(&mut self, loc: Loc) {
         if loc == Loc::UNLISTED {
             return;
         }
-        slot.set_loc(Loc::UNLISTED);
         if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
         }

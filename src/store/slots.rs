@@ -14,7 +14,7 @@
 //!   names a later occupant.
 
 use super::chains::Loc;
-use super::chunks::{Chunks, Item, NIL};
+use super::chunks::{Chunks, Item};
 use super::region::Region;
 use crate::task::TimerTask;
 
@@ -154,15 +154,28 @@ impl Slots {
         self.0.get_mut(index)
     }
 
-    /// Empties the occupied slot `index` and returns its task. The caller has unlisted it.
+    /// Empties the slot of `key`'s occupant, if it is still there, and returns its task and
+    /// where it was listed (for the caller to take it out of the list).
     #[inline]
-    pub(crate) fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
+    pub(crate) fn take(&mut self, key: EntryKey) -> Option<(Box<dyn TimerTask>, Loc)> {
+        let slot = self.0.try_get_mut(key.index)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        let task = slot.task.take()?;
+        let loc = slot.loc();
+        self.0.give_back(key.index);
+        Some((task, loc))
+    }
+
+    /// Empties the occupied slot `index` and returns its task and where it was listed.
+    #[inline]
+    pub(crate) fn vacate(&mut self, index: u32) -> (Box<dyn TimerTask>, Loc) {
         let slot = self.0.get_mut(index);
-        debug_assert_eq!(slot.loc(), Loc::UNLISTED);
         let task = slot.task.take().expect("vacating a vacant slot");
-        slot.link = NIL;
+        let loc = slot.loc();
         self.0.give_back(index);
-        task
+        (task, loc)
     }
 
     /// The storage underneath, for releasing and clearing.
@@ -217,7 +230,7 @@ mod tests {
         let mut slots = Slots::new();
         let keep = insert(&mut slots, 1);
         let old = insert(&mut slots, 1);
-        drop(slots.vacate(old.index));
+        drop(slots.take(old));
         let new = insert(&mut slots, 1);
         assert_eq!(new.index, old.index, "the slot is reused");
         assert_ne!(new.generation, old.generation);
@@ -233,7 +246,7 @@ mod tests {
             .map(|i| insert(&mut slots, i as i64))
             .collect();
         for key in &first {
-            drop(slots.vacate(key.index));
+            drop(slots.take(*key));
         }
         let mut released = Vec::new();
         slots.chunks().take_released(&mut released);
