@@ -293,8 +293,16 @@ fn add_timer_task_entry(
     }
 }
 
+/// Counts a refusal in `read`'s shard and returns `error`.
+#[cold]
+fn refuse(mut read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
+    read.shard().counts.refused += 1;
+    error
+}
+
 impl SystemTimer {
     /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not.
+    #[inline]
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
@@ -303,8 +311,7 @@ impl SystemTimer {
     ) -> Result<TimerTaskEntry, AddError> {
         let mut read = self.timing_wheel.read(thread_hint());
         if self.is_closed() {
-            read.shard().counts.refused += 1;
-            return Err(AddError::Closed(task));
+            return Err(refuse(read, AddError::Closed(task)));
         }
         // A delay <= 0 is expired whatever the wheel's clock says (see "Differences"); else
         // the wheel says (only a tick coarser than 1 ms can make it expired).
@@ -314,19 +321,10 @@ impl SystemTimer {
             None
         };
         let Some(placement) = placement else {
-            let counts = &mut read.shard().counts;
-            counts.added += 1;
-            counts.expired += 1;
-            // Counted under the read lock, so a concurrent `close` waits for the task; sent
-            // once the lock is released (see `Executor::hand_over`).
-            let handover = self.executor.hand_over(vec![task]);
-            drop(read);
-            handover.send();
-            return Ok(TimerTaskEntry::expired(expiration_ms));
+            return Ok(self.hand_over_now(read, task, expiration_ms));
         };
         if !self.reserve_pending() {
-            read.shard().counts.refused += 1;
-            return Err(AddError::Full(task));
+            return Err(refuse(read, AddError::Full(task)));
         }
         let shard = read.shard();
         match shard.insert(task, expiration_ms, placement.list.id()) {
@@ -339,20 +337,38 @@ impl SystemTimer {
         }
     }
 
+    /// `insert` for a task already expired: hands it to the executor.
+    #[cold]
+    fn hand_over_now(
+        &self,
+        mut read: ReadGuard<'_, TimingWheel>,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> TimerTaskEntry {
+        let counts = &mut read.shard().counts;
+        counts.added += 1;
+        counts.expired += 1;
+        // Counted under the read lock, so a concurrent `close` waits for the task; sent once
+        // the lock is released (see `Executor::hand_over`).
+        let handover = self.executor.hand_over(vec![task]);
+        drop(read);
+        handover.send();
+        TimerTaskEntry::expired(expiration_ms)
+    }
+
     /// `insert` for a task whose thread's shard is full: into another shard with room, or
     /// refused. `own` is the full shard, locked.
     #[cold]
     fn insert_elsewhere(
         &self,
-        mut own: ReadGuard<'_, TimingWheel>,
+        own: ReadGuard<'_, TimingWheel>,
         placement: Placement<'_>,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
     ) -> Result<TimerTaskEntry, AddError> {
         let Some(mut read) = self.stripe_with_room() else {
             self.unreserve_pending();
-            own.shard().counts.refused += 1;
-            return Err(AddError::Full(task));
+            return Err(refuse(own, AddError::Full(task)));
         };
         // A read lock was held all along, so the wheel's clocks did not move: `placement`
         // holds.
