@@ -7,6 +7,10 @@
 //! below, one at a time; it prints instructions per operation for each, and the harness's
 //! own share (the task's box, the `Arc` it captures, the delay) measured by `harness`.
 //!
+//! `tokio_add_cancel` and `nexus_add_cancel` count the same pairs on tokio-util's
+//! `DelayQueue` and nexus-timer's `Wheel` (their tasks boxed the same way; nexus-timer is
+//! given `Instant::now() + delay`, which counts the clock read `add` makes).
+//!
 //! With `N` = 10^5 timers pending (delays 60-90 s, seeded, handles kept), `OPS` = 10^5
 //! operations of each kind; tasks are boxed closures that capture an `Arc`, as in
 //! `benches/peers`.
@@ -17,6 +21,7 @@ mod common;
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::{Rng, SEED};
 use timingwheel::{SystemTimer, Timer, TimerTaskEntry, timer_task};
@@ -84,6 +89,59 @@ fn reschedule(timer: &SystemTimer, rng: &mut Rng, handles: &[TimerTaskEntry]) {
     }
 }
 
+type Task = Box<dyn FnOnce() + Send>;
+
+/// `k` insert + remove pairs on tokio-util's `DelayQueue`.
+#[inline(never)]
+fn tokio_add_cancel(
+    queue: &mut tokio_util::time::DelayQueue<Task>,
+    shared: &Arc<u64>,
+    rng: &mut Rng,
+    k: usize,
+) {
+    for _ in 0..k {
+        let task: Task = Box::new(closure(shared));
+        let key = queue.insert(task, Duration::from_millis(delay(rng) as u64));
+        black_box(queue.try_remove(&key));
+    }
+}
+
+/// `k` schedule + cancel pairs on nexus-timer's `Wheel`.
+#[inline(never)]
+fn nexus_add_cancel(
+    wheel: &mut nexus_timer::Wheel<Task>,
+    shared: &Arc<u64>,
+    rng: &mut Rng,
+    k: usize,
+) {
+    for _ in 0..k {
+        let task: Task = Box::new(closure(shared));
+        let deadline = Instant::now() + Duration::from_millis(delay(rng) as u64);
+        let handle = wheel.schedule(deadline, task);
+        black_box(wheel.cancel(handle));
+    }
+}
+
+/// The peers' pairs at `N` pending, as the wheel's.
+fn peers(shared: &Arc<u64>, rng: &mut Rng) {
+    let runtime = common::tokio_runtime();
+    let _context = runtime.enter();
+    let mut queue = tokio_util::time::DelayQueue::new();
+    let mut wheel = nexus_timer::Wheel::unbounded(4096, Instant::now());
+    let mut keys = Vec::with_capacity(N);
+    let mut handles = Vec::with_capacity(N);
+    for _ in 0..N {
+        let task: Task = Box::new(closure(shared));
+        keys.push(queue.insert(task, Duration::from_millis(delay(rng) as u64)));
+        let task: Task = Box::new(closure(shared));
+        let deadline = Instant::now() + Duration::from_millis(delay(rng) as u64);
+        handles.push(wheel.schedule(deadline, task));
+    }
+    tokio_add_cancel(&mut queue, shared, rng, OPS);
+    nexus_add_cancel(&mut wheel, shared, rng, OPS);
+    black_box((&keys, &handles));
+}
+
 fn main() {
     let timer = SystemTimer::new("instructions");
     let shared = Arc::new(7);
@@ -99,6 +157,7 @@ fn main() {
     }
     add_cancel(&timer, &shared, &mut rng, OPS);
     reschedule(&timer, &mut rng, &pending[..OPS.min(N)]);
+    peers(&shared, &mut rng);
     black_box(&pending);
     // Skips the drops: they are not measured.
     std::process::exit(0);

@@ -281,7 +281,7 @@ impl Timer for MockTimer {
     }
 
     fn size(&self) -> usize {
-        self.entries.pending_len()
+        self.shard().lock().len()
     }
 
     /// Stops the timer; idempotent. The tasks still waiting are dropped without running, on

@@ -24,7 +24,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
-use super::shard::{Shard, ShardState};
+use super::shard::{Count, Shard, ShardState};
 use super::slots::EntryKey;
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
@@ -187,7 +187,7 @@ impl TimerTaskEntry {
         let Some(task) = state.take(key) else {
             return false;
         };
-        state.counts.cancelled += 1;
+        state.count(Count::Cancelled, 1);
         if self.set_bits(CANCELLED) & SHARED != 0 {
             state.clones.set_cancelled(key);
         }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use super::pool::Shards;
-use super::shard::{Shard, ShardGuard, ShardState};
+use super::shard::{Count, Shard, ShardGuard, ShardState};
 
 /// A reader-writer lock around a `T` whose read side is striped over the shards of a
 /// timer's entries (see the module docs).
@@ -160,9 +160,10 @@ impl<'a, T> ReadGuard<'a, T> {
         self.shard
     }
 
-    /// Publishes the shard's length and counts now (see `ShardGuard::publish_len`).
-    pub(crate) fn publish_len(&self) {
-        self.guard.publish_len();
+    /// Counts `n` more of `count` in the stripe's shard (see `ShardGuard::count`).
+    #[inline]
+    pub(crate) fn count(&self, count: Count, n: u64) {
+        self.guard.count(count, n);
     }
 }
 

@@ -45,11 +45,6 @@ impl Shards {
         Shards(shards)
     }
 
-    /// Returns the number of pending entries in all shards, without locking.
-    pub(crate) fn pending_len(&self) -> usize {
-        self.0.iter().map(|shard| shard.len()).sum()
-    }
-
     /// Returns the counts of all shards, without locking.
     pub(crate) fn counts(&self) -> Counts {
         self.0
@@ -89,7 +84,7 @@ impl fmt::Debug for Shards {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shards")
             .field("count", &self.0.len())
-            .field("pending_len", &self.pending_len())
+            .field("pending", &self.counts().pending())
             .finish()
     }
 }

@@ -7,8 +7,8 @@
 //!
 //! - A [`ShardState`] — slots, list chains, clone records, counts — is guarded by its
 //!   shard's mutex. An entry lives and moves within one shard.
-//! - [`Shard::len`] and [`Shard::counts`] mirror the state's; they are written under the
-//!   mutex (when a guard is dropped, or by [`ShardGuard::publish_len`]) and read without it.
+//! - [`Shard::counts`] are atomics written under the mutex, through the guard, when what
+//!   they count happens, and read without it; the pending entries are derived from them.
 //! - The timer's own work (a writer, a flush chunk) locks with [`Shard::lock_urgent`]: while
 //!   such a thread waits, every unlock hands the lock straight to a waiter.
 //! - Nothing here runs user code under the lock. Tasks are moved out under it and dropped,
@@ -43,27 +43,37 @@ pub(crate) struct Counts {
     pub(crate) expired: u64,
     pub(crate) cancelled: u64,
     pub(crate) refused: u64,
+    /// Dropped or handed back by `close` and `stop`.
+    pub(crate) cleared: u64,
 }
 
 impl Counts {
-    fn as_array(self) -> [u64; 4] {
-        [self.added, self.expired, self.cancelled, self.refused]
-    }
-
-    fn from_array([added, expired, cancelled, refused]: [u64; 4]) -> Counts {
+    /// The sum of two counts.
+    pub(crate) fn plus(self, other: Counts) -> Counts {
         Counts {
-            added,
-            expired,
-            cancelled,
-            refused,
+            added: self.added + other.added,
+            expired: self.expired + other.expired,
+            cancelled: self.cancelled + other.cancelled,
+            refused: self.refused + other.refused,
+            cleared: self.cleared + other.cleared,
         }
     }
 
-    /// The sum of two counts.
-    pub(crate) fn plus(self, other: Counts) -> Counts {
-        let (a, b) = (self.as_array(), other.as_array());
-        Counts::from_array([a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]])
+    /// The entries added and still there: neither expired, cancelled nor cleared.
+    pub(crate) fn pending(self) -> u64 {
+        self.added
+            .saturating_sub(self.expired + self.cancelled + self.cleared)
     }
+}
+
+/// One of the [`Counts`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Count {
+    Added,
+    Expired,
+    Cancelled,
+    Refused,
+    Cleared,
 }
 
 /// Everything of one shard that its mutex guards.
@@ -75,8 +85,6 @@ pub(crate) struct ShardState {
     flushed: Vec<Entry>,
     /// What the cloned handles of its entries share.
     pub(crate) clones: Clones,
-    /// What happened here since the timer was built.
-    pub(crate) counts: Counts,
     /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
     /// bound: every entry that leaves this shard takes itself off.
     pending: Option<Arc<AtomicUsize>>,
@@ -89,7 +97,6 @@ impl ShardState {
             chains: Chains::new(),
             flushed: Vec::new(),
             clones: Clones::default(),
-            counts: Counts::default(),
             pending: None,
         }
     }
@@ -257,7 +264,7 @@ impl ShardState {
 
     /// Empties the shard and returns what it held, tasks included, for the caller to drop
     /// (or hand back) once it holds no lock.
-    pub(crate) fn clear(&mut self) -> Released {
+    fn clear(&mut self) -> Released {
         if let Some(pending) = &self.pending {
             pending.fetch_sub(self.slots.len(), Ordering::Relaxed);
         }
@@ -268,9 +275,9 @@ impl ShardState {
         released
     }
 
-    /// Readies a pooled shard for a new timer: no counts, and `pending` to keep.
-    pub(crate) fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
-        self.counts = Counts::default();
+    /// Readies a pooled shard for a new timer: `pending` to keep (the guard resets the
+    /// counts, see `ShardGuard::reset`).
+    fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
         self.pending = pending;
     }
 
@@ -297,10 +304,9 @@ impl ShardState {
 #[repr(align(128))]
 pub(crate) struct Shard {
     state: Mutex<ShardState>,
-    /// Pending entries (published under `state`'s lock).
-    len: AtomicUsize,
-    /// `ShardState::counts`, published with `len`.
-    counts: [AtomicU64; 4],
+    /// The [`Counts`], by [`Count`]: written under `state`'s lock (a load and a store, not a
+    /// locked read-modify-write), read without it.
+    counts: [AtomicU64; 5],
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
@@ -310,8 +316,7 @@ impl Shard {
     pub(crate) fn new() -> Shard {
         Shard {
             state: Mutex::new(ShardState::new()),
-            len: AtomicUsize::new(0),
-            counts: [const { AtomicU64::new(0) }; 4],
+            counts: [const { AtomicU64::new(0) }; 5],
             urgent: AtomicUsize::new(0),
         }
     }
@@ -346,20 +351,23 @@ impl Shard {
         guard
     }
 
-    /// Returns the number of pending entries, as of the last publication.
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
-    }
-
-    /// Returns the counts, as of the last publication.
+    /// Returns the counts, without locking: while other threads hold the lock they may lag
+    /// by a moment (`expired`, `cancelled` and `cleared` are read before `added`, so an entry
+    /// that left is never counted as pending).
     pub(crate) fn counts(&self) -> Counts {
-        Counts::from_array(self.counts.each_ref().map(|c| c.load(Ordering::Relaxed)))
-    }
-
-    fn publish(&self, state: &ShardState) {
-        self.len.store(state.len(), Ordering::Relaxed);
-        for (published, value) in self.counts.iter().zip(state.counts.as_array()) {
-            published.store(value, Ordering::Relaxed);
+        let read = |count: Count| self.counts[count as usize].load(Ordering::Acquire);
+        let (expired, cancelled, cleared, refused) = (
+            read(Count::Expired),
+            read(Count::Cancelled),
+            read(Count::Cleared),
+            read(Count::Refused),
+        );
+        Counts {
+            added: read(Count::Added),
+            expired,
+            cancelled,
+            refused,
+            cleared,
         }
     }
 }
@@ -367,13 +375,13 @@ impl Shard {
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shard")
-            .field("len", &self.len())
+            .field("pending", &self.counts().pending())
             .finish_non_exhaustive()
     }
 }
 
-/// A locked shard. When dropped it publishes the shard's length and counts, unlocks, and
-/// then unmaps the chunks the shard emptied while it was locked.
+/// A locked shard. When dropped it unlocks, and then unmaps the chunks the shard emptied
+/// while it was locked.
 pub(crate) struct ShardGuard<'a> {
     /// `Some` until dropped.
     state: Option<MutexGuard<'a, ShardState>>,
@@ -381,11 +389,28 @@ pub(crate) struct ShardGuard<'a> {
 }
 
 impl ShardGuard<'_> {
-    /// Publishes the shard's length and counts now, rather than at the unlock: before tasks
-    /// taken out under this lock are handed over, so that `size()` never counts a task that
-    /// may run.
-    pub(crate) fn publish_len(&self) {
-        self.shard.publish(self);
+    /// Counts `n` more of `count`, at once: before tasks taken out under this lock are
+    /// handed over, so that `size()` never counts a task that may run.
+    #[inline]
+    pub(crate) fn count(&self, count: Count, n: u64) {
+        let counter = &self.shard.counts[count as usize];
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Release);
+    }
+
+    /// Empties the shard, counting what it held as cleared, and returns it, tasks included,
+    /// for the caller to drop (or hand back) once it holds no lock.
+    pub(crate) fn clear(&mut self) -> Released {
+        let held = self.len() as u64;
+        self.count(Count::Cleared, held);
+        ShardState::clear(self)
+    }
+
+    /// Readies a pooled shard for a new timer: no counts, and `pending` to keep.
+    pub(crate) fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
+        for counter in &self.shard.counts {
+            counter.store(0, Ordering::Relaxed);
+        }
+        ShardState::reset(self, pending);
     }
 }
 
@@ -411,7 +436,6 @@ impl Drop for ShardGuard<'_> {
         let Some(mut state) = self.state.take() else {
             return;
         };
-        self.shard.publish(&state);
         let released = state.has_released().then(|| state.take_released());
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
             MutexGuard::unlock_fair(state);

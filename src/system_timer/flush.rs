@@ -35,6 +35,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::{SystemTimer, add_timer_task_entry};
+use crate::store::Count;
 use crate::threads::delay_queue::Due;
 use crate::wheel::TimerTaskList;
 
@@ -246,10 +247,10 @@ impl SystemTimer {
                 .flush(read.shard(), chunk - count, |shard, entry| {
                     add_timer_task_entry(timing_wheel, shard, entry, &mut expired);
                 });
-            // Counted in flight under the lock that took them out of the store, so that a
-            // `close` waits for these tasks too, and once `size()` no longer counts them;
-            // sent once the lock is released.
-            read.publish_len();
+            // Counted expired and in flight under the lock that took them out of the store,
+            // so that `size()` no longer counts them and a `close` waits for them; sent once
+            // the lock is released.
+            read.count(Count::Expired, expired.len() as u64);
             let handover = self.executor.hand_over(expired);
             drop(read);
             handover.send();

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::metrics::{TimerMetrics, TimerStats};
 use crate::store::{
-    Entry, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
+    Count, Entry, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
 };
 use crate::task::TimerTask;
 use crate::threads::executor::Executor;
@@ -280,7 +280,8 @@ impl SystemTimer {
 }
 
 /// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
-/// says it is expired, takes its task out of the store and into `expired`.
+/// says it is expired, takes its task out of the store and into `expired` (the caller
+/// counts them).
 fn add_timer_task_entry(
     wheel: &TimingWheel,
     shard: &mut ShardState,
@@ -289,14 +290,13 @@ fn add_timer_task_entry(
 ) {
     if !wheel.add(shard, entry) {
         expired.push(shard.remove(entry.index));
-        shard.counts.expired += 1;
     }
 }
 
 /// Counts a refusal in `read`'s shard and returns `error`.
 #[cold]
-fn refuse(mut read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
-    read.shard().counts.refused += 1;
+fn refuse(read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
+    read.count(Count::Refused, 1);
     error
 }
 
@@ -329,7 +329,7 @@ impl SystemTimer {
         let shard = read.shard();
         match shard.insert(task, expiration_ms, placement.list.id()) {
             Ok(key) => {
-                shard.counts.added += 1;
+                read.count(Count::Added, 1);
                 placement.joined();
                 Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
             }
@@ -341,13 +341,12 @@ impl SystemTimer {
     #[cold]
     fn hand_over_now(
         &self,
-        mut read: ReadGuard<'_, TimingWheel>,
+        read: ReadGuard<'_, TimingWheel>,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
     ) -> TimerTaskEntry {
-        let counts = &mut read.shard().counts;
-        counts.added += 1;
-        counts.expired += 1;
+        read.count(Count::Added, 1);
+        read.count(Count::Expired, 1);
         // Counted under the read lock, so a concurrent `close` waits for the task; sent once
         // the lock is released (see `Executor::hand_over`).
         let handover = self.executor.hand_over(vec![task]);
@@ -373,11 +372,13 @@ impl SystemTimer {
         // A read lock was held all along, so the wheel's clocks did not move: `placement`
         // holds.
         drop(own);
-        let shard = read.shard();
-        let Ok(key) = shard.insert(task, expiration_ms, placement.list.id()) else {
+        let Ok(key) = read
+            .shard()
+            .insert(task, expiration_ms, placement.list.id())
+        else {
             unreachable!("a shard with room took no entry")
         };
-        shard.counts.added += 1;
+        read.count(Count::Added, 1);
         placement.joined();
         Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
     }
@@ -452,7 +453,6 @@ impl Timer for SystemTimer {
             let Some(task) = state.take(key) else {
                 return false;
             };
-            state.counts.expired += 1;
             expired.push(task);
         } else {
             let Some(moved) = state.reschedule(key, expiration_ms) else {
@@ -462,7 +462,7 @@ impl Timer for SystemTimer {
         }
         entry.set_expiration(state, expiration_ms);
         if !expired.is_empty() {
-            read.publish_len();
+            read.count(Count::Expired, expired.len() as u64);
             let handover = self.executor.hand_over(expired);
             drop(read);
             handover.send();
@@ -496,7 +496,7 @@ impl Timer for SystemTimer {
             // A bounded timer keeps the count exactly, one shared counter: never a moment
             // above the bound, as a sum of the shards' lengths could be.
             Some((_, pending)) => pending.load(Ordering::Acquire),
-            None => self.timing_wheel.shards().pending_len(),
+            None => self.timing_wheel.shards().counts().pending() as usize,
         }
     }
 
@@ -572,7 +572,7 @@ impl fmt::Debug for SystemTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SystemTimer")
             .field("executor_name", &self.executor_name)
-            .field("size", &self.timing_wheel.shards().pending_len())
+            .field("size", &self.size())
             .field("closed", &self.is_closed())
             .finish_non_exhaustive()
     }
