@@ -44,7 +44,8 @@ pub(super) struct LevelShape {
     pub(super) tick_ms: i64,
     pub(super) tick: Divisor,
     /// A time at which a bucket of this level starts a round: the hierarchy's start rounded
-    /// down to this level's interval (`i64::MIN` if the interval saturates: no epoch).
+    /// down to this level's interval (`i64::MIN` if the interval saturates: no epoch). The
+    /// level moves it forward by whole intervals as its clock goes on (see [`next_epoch`]).
     pub(super) epoch_ms: i64,
     pub(super) interval_ms: i64,
     /// Lists per bucket: 2 above the lowest level of a wheel larger than 1, else 1.
@@ -76,17 +77,24 @@ pub(crate) struct Geometry {
     pub(super) levels: Box<[LevelShape]>,
 }
 
-impl LevelShape {
-    /// Returns how long after this level's epoch `time_ms` is, if that is from 0 to
-    /// `u32::MAX` ms (49 days): the range where [`Divisor`] multiplies.
-    #[inline]
-    fn since_epoch(&self, time_ms: i64) -> Option<u64> {
-        if self.epoch_ms == i64::MIN {
-            return None;
-        }
-        let since = time_ms.checked_sub(self.epoch_ms)?;
-        u32::try_from(since).ok().map(u64::from)
+/// Returns how long after `epoch_ms` `time_ms` is, if that is from 0 to `u32::MAX` ms (49
+/// days): the range where [`Divisor`] multiplies.
+#[inline]
+fn since_epoch(epoch_ms: i64, time_ms: i64) -> Option<u64> {
+    if epoch_ms == i64::MIN {
+        return None;
     }
+    let since = time_ms.checked_sub(epoch_ms)?;
+    u32::try_from(since).ok().map(u64::from)
+}
+
+/// Returns the epoch a level of shape `shape` whose clock reads `time_ms` should use instead
+/// of `epoch_ms`, if `time_ms` is far enough past it that its entries' expirations could
+/// leave the range where [`Divisor`] multiplies (then an add would divide). A whole number
+/// of the level's intervals later, so every bucket keeps its number.
+pub(super) fn next_epoch(shape: &LevelShape, epoch_ms: i64, time_ms: i64) -> Option<i64> {
+    let far = epoch_ms != i64::MIN && time_ms.saturating_sub(epoch_ms) >= 1 << 31;
+    far.then(|| round_down(time_ms, shape.interval_ms))
 }
 
 impl Geometry {
@@ -147,21 +155,22 @@ impl Geometry {
     /// Returns the list an entry expiring at `expiration_ms` belongs to at `level`.
     #[cfg(test)]
     pub(crate) fn list_for(&self, level: usize, expiration_ms: i64) -> ListFor {
-        self.list_at(&self.levels[level], expiration_ms)
+        let shape = &self.levels[level];
+        self.list_at(shape, shape.epoch_ms, expiration_ms)
     }
 
     /// Returns the list an entry expiring at `expiration_ms` belongs to at the level of
-    /// shape `shape` (one of this geometry's).
+    /// shape `shape` (one of this geometry's), whose epoch is now `epoch_ms`.
     #[inline]
-    pub(super) fn list_at(&self, shape: &LevelShape, expiration_ms: i64) -> ListFor {
+    pub(super) fn list_at(&self, shape: &LevelShape, epoch_ms: i64, expiration_ms: i64) -> ListFor {
         // The bucket's range starts within one tick below the expiration.
-        let (bucket, start_ms) = match shape.since_epoch(expiration_ms) {
+        let (bucket, start_ms) = match since_epoch(epoch_ms, expiration_ms) {
             // Two multiplications instead of two divisions (see `Divisor`).
             Some(since_epoch) => {
                 let ticks = shape.tick.divide(since_epoch);
                 let rounds = self.size.divide(ticks);
                 let bucket = (ticks - rounds * self.wheel_size as u64) as u32;
-                (bucket, shape.epoch_ms + (ticks as i64) * shape.tick_ms)
+                (bucket, epoch_ms + (ticks as i64) * shape.tick_ms)
             }
             None => {
                 let virtual_id = expiration_ms.div_euclid(shape.tick_ms);
@@ -337,6 +346,35 @@ mod tests {
                             far.list_for(level, expiration),
                             "tick {tick} size {size} level {level} expiration {expiration}"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_moved_epoch_names_the_same_lists_and_keeps_them_fast() {
+        for (tick, size) in [(1, 20), (1, 3), (7, 2), (20, 64)] {
+            let geometry = Geometry::new(tick, size, 0);
+            for level in 0..geometry.level_count().min(4) {
+                let shape = &geometry.levels[level];
+                assert_eq!(next_epoch(shape, shape.epoch_ms, 1_000), None, "not yet");
+                for now in [1_i64 << 31, 1 << 33, 5_000_000_000_123] {
+                    let Some(epoch) = next_epoch(shape, shape.epoch_ms, now) else {
+                        continue;
+                    };
+                    assert!(epoch <= now && now - epoch < shape.interval_ms);
+                    assert_eq!((epoch - shape.epoch_ms) % shape.interval_ms, 0);
+                    for step in 0..200 {
+                        let expiration = now + step * (shape.interval_ms / 50).max(1);
+                        assert_eq!(
+                            geometry.list_at(shape, epoch, expiration),
+                            geometry.list_at(shape, shape.epoch_ms, expiration),
+                            "tick {tick} size {size} level {level} expiration {expiration}"
+                        );
+                        if expiration - now < 1 << 31 {
+                            assert!(since_epoch(epoch, expiration).is_some(), "multiplies");
+                        }
                     }
                 }
             }

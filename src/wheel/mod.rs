@@ -82,7 +82,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::store::{Entry, ShardState, WriteGuard};
 use crate::threads::delay_queue::DelayQueue;
-use geometry::{LevelShape, before_next_tick, clamp_start, round_down};
+use geometry::{LevelShape, before_next_tick, clamp_start, next_epoch, round_down};
 
 pub(crate) use geometry::Geometry;
 pub(crate) use list::TimerTaskList;
@@ -121,6 +121,9 @@ pub(crate) struct TimingWheel {
     /// this level, and a level whose limit is `i64::MAX` keeps every later one too (its
     /// range reaches the end of time). Written with `current_time_ms`.
     limit_ms: AtomicI64,
+    /// Where bucket numbers count from (see `geometry::next_epoch`). Written with
+    /// `current_time_ms`.
+    epoch_ms: AtomicI64,
     /// This level's lists, by `id - shape.first_list`.
     lists: Box<[Arc<TimerTaskList>]>,
     queue: Arc<BucketQueue>,
@@ -162,6 +165,9 @@ impl TimingWheel {
             shape,
             current_time_ms: AtomicI64::new(current_time_ms),
             limit_ms: AtomicI64::new(current_time_ms.saturating_add(shape.interval_ms)),
+            epoch_ms: AtomicI64::new(
+                next_epoch(&shape, shape.epoch_ms, current_time_ms).unwrap_or(shape.epoch_ms),
+            ),
             geometry,
             lists,
             queue,
@@ -210,7 +216,10 @@ impl TimingWheel {
         loop {
             let limit_ms = wheel.limit_ms.load(Ordering::Relaxed);
             if expiration_ms < limit_ms || wheel.last || limit_ms == i64::MAX {
-                let at = wheel.geometry.list_at(&wheel.shape, expiration_ms);
+                let epoch_ms = wheel.epoch_ms.load(Ordering::Relaxed);
+                let at = wheel
+                    .geometry
+                    .list_at(&wheel.shape, epoch_ms, expiration_ms);
                 return Some(Placement {
                     list: &wheel.lists[(at.id - wheel.shape.first_list) as usize],
                     due_ms: at.due_ms,
@@ -245,6 +254,10 @@ impl TimingWheel {
             time_ms.saturating_add(self.shape.interval_ms),
             Ordering::Relaxed,
         );
+        let epoch_ms = self.epoch_ms.load(Ordering::Relaxed);
+        if let Some(next) = next_epoch(&self.shape, epoch_ms, time_ms) {
+            self.epoch_ms.store(next, Ordering::Relaxed);
+        }
     }
 
     /// Returns this level's tick.
