@@ -24,13 +24,13 @@
 //! the next `advance_clock`: both are allowed, and which one happened is read off the
 //! barrier (a task handed over inside `add` has run by the time the barrier has).
 //!
-//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test model`.
+//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test it -- model::`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;

@@ -10,7 +10,7 @@
 //!
 //! See `docs/guarantees.md` ("Purgatory") for the map from each guarantee to its tests.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};

@@ -2,7 +2,7 @@
 //! `MockTimer` (every run's time checked exactly), then cancel, close, panics and overlap
 //! on `SystemTimer`s with executor pools, counting every run.
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -6,10 +6,10 @@
 //!
 //! See `docs/guarantees.md` ("Purgatory") for the map from each guarantee to its tests.
 
-mod common;
+use crate::common;
 
 #[allow(dead_code)]
-#[path = "../examples/purgatory/main.rs"]
+#[path = "../../examples/purgatory/main.rs"]
 mod purgatory_example;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -18,7 +18,7 @@ use timingwheel::{
     timer_task,
 };
 
-mod common;
+use crate::common;
 use common::ledger::Ledger;
 use common::sync::{barrier, within};
 use common::{Counted, PATIENCE, counted};

@@ -5,7 +5,7 @@
 //! Logic tests step a `MockTime`; the concurrent ones count every task (`std::thread::scope`,
 //! sizes in consts). See `docs/guarantees.md` ("Refusal, bounds and stats").
 
-mod common;
+use crate::common;
 
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};

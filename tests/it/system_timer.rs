@@ -15,7 +15,7 @@ use timingwheel::{
     MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, hi_res_clock_ms, timer_task,
 };
 
-mod common;
+use crate::common;
 use common::sync::{SetOnDrop, within};
 use common::{PATIENCE, counted, logger};
 
