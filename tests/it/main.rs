@@ -7,8 +7,9 @@
 //!
 //! The tests here share a process, so none may rely on being alone in it: the capturing
 //! logger is installed once for all (`common::logger`) and each test looks only for the
-//! records it caused, by a needle no other test logs; thread names in `/proc/self/task` are
-//! looked up by a prefix only that test's timers use.
+//! records it caused, by a needle no other test logs; `common::panic_location` catches the
+//! location of its own thread's panic only; thread names in `/proc/self/task` are looked up
+//! by a prefix only that test's timers use.
 //!
 //! Six test files stay binaries of their own, because they need a process, or a release
 //! build, of their own:

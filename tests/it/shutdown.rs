@@ -14,29 +14,22 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{
-    MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry,
-    timer_task,
+    MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
 };
 
 use crate::common;
 use common::ledger::Ledger;
 use common::sync::{barrier, within};
-use common::{Counted, PATIENCE, counted};
+use common::{Counted, PATIENCE, counted, mocked};
 
 /// Pending timers for the big `close`.
 const PENDING: usize = 1_000_000;
 /// "At once": far below the timeouts asked for (60 s), far above any scheduling hiccup.
 const AT_ONCE: Duration = Duration::from_secs(2);
 
-fn mock_timer(name: &str) -> (MockTime, SystemTimer) {
-    let time = MockTime::new();
-    let timer = SystemTimer::builder(name).time(time.clone()).build();
-    (time, timer)
-}
-
 #[test]
 fn close_with_a_million_pending_timers_frees_them_without_waiting() {
-    let (_time, timer) = mock_timer("million");
+    let (timer, _time) = mocked("million", None);
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     for i in 0..PENDING {
@@ -66,7 +59,7 @@ fn close_with_a_million_pending_timers_frees_them_without_waiting() {
 
 #[test]
 fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
-    let (_time, timer) = mock_timer("self-drop");
+    let (timer, _time) = mocked("self-drop", None);
     let timer = Arc::new(timer);
     let weak = Arc::downgrade(&timer);
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -116,7 +109,7 @@ fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
 
 #[test]
 fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
-    let (time, timer) = mock_timer("reentrant");
+    let (timer, time) = mocked("reentrant", None);
     let timer = Arc::new(timer);
     let (tx, rx) = mpsc::channel::<&'static str>();
     let victim_drops = Arc::new(AtomicUsize::new(0));
@@ -165,7 +158,7 @@ fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
 
 #[test]
 fn close_is_idempotent_also_from_several_threads() {
-    let (_time, timer) = mock_timer("idempotent");
+    let (timer, _time) = mocked("idempotent", None);
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     for i in 0..1_000 {
@@ -194,7 +187,7 @@ fn close_is_idempotent_also_from_several_threads() {
 
 #[test]
 fn after_close_add_returns_a_cancelled_entry_and_runs_nothing() {
-    let (time, timer) = mock_timer("closed-add");
+    let (timer, time) = mocked("closed-add", None);
     let (waiting_runs, waiting_drops) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
     let waiting = timer.add(counted(60_000, &waiting_runs, &waiting_drops));
     timer.close();
@@ -286,7 +279,7 @@ fn close_wakes_a_thread_blocked_in_advance_clock() {
 fn close_lets_tasks_already_handed_to_the_executor_finish() {
     const FOLLOWERS: usize = 100;
     const SLOW: Duration = Duration::from_millis(300);
-    let (time, timer) = mock_timer("finish");
+    let (timer, time) = mocked("finish", None);
     let started = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
     let waiting_drops = Arc::new(AtomicUsize::new(0));
@@ -384,7 +377,7 @@ fn add_calls_back(
 
 #[test]
 fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
-    let (_time, timer) = mock_timer("drop-on-cancel");
+    let (timer, _time) = mocked("drop-on-cancel", None);
     let timer = Arc::new(timer);
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let other_drops = Arc::new(AtomicUsize::new(0));
@@ -414,7 +407,7 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
 #[test]
 fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
     const TASKS: usize = 100;
-    let (_time, timer) = mock_timer("drop-on-close");
+    let (timer, _time) = mocked("drop-on-close", None);
     let timer = Arc::new(timer);
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let other = Arc::new(Mutex::new(None));
