@@ -428,6 +428,10 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
 /// `close` in the middle of adds, cancels and flushes on other threads: every task is run
 /// at most once, cancelled at most once, never both, and freed exactly once; nothing runs
 /// after `close` returns; later cancels all return false.
+///
+/// The adders' last quarter waits until `close` has returned: however the threads are
+/// scheduled (a `close` slower than the adders' whole second half, say), some adds race the
+/// `close` and some come after it and are refused.
 #[test]
 fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     const THREADS: usize = 3;
@@ -436,6 +440,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     let slots = Ledger::new(TASKS);
     let timer = SystemTimer::new("close-race");
     let stop = AtomicBool::new(false);
+    let closed = AtomicBool::new(false);
     let progress = AtomicUsize::new(0);
     let entries: Vec<Mutex<Vec<(usize, TimerTaskEntry)>>> =
         (0..THREADS).map(|_| Mutex::new(Vec::new())).collect();
@@ -446,9 +451,15 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             }
         });
         for t in 0..THREADS {
-            let (timer, slots, entries, progress) = (&timer, &slots, &entries, &progress);
+            let (timer, slots, entries, progress, closed) =
+                (&timer, &slots, &entries, &progress, &closed);
             s.spawn(move || {
                 for i in 0..PER_THREAD {
+                    if i == PER_THREAD * 3 / 4 {
+                        while !closed.load(Ordering::SeqCst) {
+                            thread::yield_now();
+                        }
+                    }
                     let id = t * PER_THREAD + i;
                     let entry = timer.add(slots.task(id, (i % 7) as i64 - 1));
                     if i % 3 == 0 && entry.cancel() {
@@ -464,6 +475,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             thread::yield_now();
         }
         timer.close();
+        closed.store(true, Ordering::SeqCst);
         stop.store(true, Ordering::SeqCst);
     });
     let runs_after_close = slots.total_runs();
@@ -665,11 +677,15 @@ fn stop_hands_back_exactly_the_waiting_tasks_on_every_timer() {
     }
 }
 
-/// `stop` half-way through three threads' adds (a third of them cancelled at once; each
-/// thread waits half-way until the stop begins) while
+/// `stop` half-way through three threads' adds (a third of them cancelled at once) while
 /// two more drive the timer, on every timer type: each task ends exactly one way — run
 /// once, cancelled by one `cancel()` that returned true, handed back by `stop`, or refused
 /// by the stopped timer — and is dropped exactly once.
+///
+/// Each adder waits half-way until the stop begins, so that its third quarter races the
+/// stop however the threads are scheduled, and at three quarters until the stop has
+/// returned, so that its last quarter is refused even when the stop takes longer than the
+/// third quarter's adds.
 #[test]
 fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
     const ADDERS: usize = 3;
@@ -684,6 +700,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
         let done = AtomicBool::new(false);
         let progress = AtomicUsize::new(0);
         let stopping = AtomicBool::new(false);
+        let stopped = AtomicBool::new(false);
         let (handed_back, runs_at_stop) = thread::scope(|s| {
             for _ in 0..DRIVERS {
                 s.spawn(|| {
@@ -694,16 +711,20 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
                 });
             }
             for t in 0..ADDERS {
-                let (timer, slots, refused, entries, progress, stopping) =
-                    (&timer, &slots, &refused, &entries, &progress, &stopping);
+                let (timer, slots, refused, entries, progress, stopping, stopped) = (
+                    &timer, &slots, &refused, &entries, &progress, &stopping, &stopped,
+                );
                 s.spawn(move || {
                     for i in 0..PER_ADDER {
-                        if i == PER_ADDER / 2 {
-                            // Half-way, wait for the stop, so that the other half races it
-                            // however the threads are scheduled.
-                            while !stopping.load(Ordering::SeqCst) {
-                                thread::yield_now();
-                            }
+                        let wait_for = if i == PER_ADDER / 2 {
+                            Some(stopping)
+                        } else if i == PER_ADDER * 3 / 4 {
+                            Some(stopped)
+                        } else {
+                            None
+                        };
+                        while wait_for.is_some_and(|flag| !flag.load(Ordering::SeqCst)) {
+                            thread::yield_now();
                         }
                         let id = t * PER_ADDER + i;
                         // Already expired, due within a few ms, or a minute out.
@@ -729,6 +750,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
             stopping.store(true, Ordering::SeqCst);
             let handed_back = timer.stop();
             let runs_at_stop = slots.total_runs();
+            stopped.store(true, Ordering::SeqCst);
             done.store(true, Ordering::SeqCst);
             (handed_back, runs_at_stop)
         });
