@@ -522,9 +522,9 @@ fn every_timer_type(name: &str) -> [(&'static str, Box<dyn Timer>); 3] {
     ]
 }
 
-/// Regression (issue 10, defect 6): a dropped `MockTimer` kept its waiting tasks alive for as
-/// long as any handle lived, and `cancel()` through such a handle still returned true.
-/// Dropping any timer drops its waiting tasks, unrun, and their handles find nothing left.
+/// Regression: a dropped `MockTimer` kept its waiting tasks alive for as long as any handle
+/// lived, and `cancel()` through such a handle still returned true. Dropping any timer
+/// drops its waiting tasks, unrun, and their handles find nothing left.
 #[test]
 fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false() {
     const WAITING: usize = 1_000;
@@ -553,9 +553,9 @@ fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false(
     }
 }
 
-/// Regression (issue 10, defect 1): of two concurrent `close()` calls only the first waited
-/// for the task already on the executor; the second returned at once while it still ran.
-/// Now every caller of `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
+/// Regression: of two concurrent `close()` calls only the first waited for the task already
+/// on the executor; the second returned at once while it still ran. Now every caller of
+/// `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
 #[test]
 fn every_concurrent_close_and_stop_waits_for_the_task_already_running() {
     const CLOSERS: usize = 4;
