@@ -96,8 +96,8 @@
 //! ```
 //!
 //! `on_complete` runs exactly once per operation, whatever races; see
-//! [`DelayedOperationPurgatory`] and `docs/design.md`. The operation's locking follows
-//! Kafka 4.1+ (KAFKA-19312): [`Delayed::force_complete`] takes the operation's re-entrant
+//! [`DelayedOperationPurgatory`] and `docs/design.md`. The operation's locking is the one
+//! KAFKA-19312 introduced: [`Delayed::force_complete`] takes the operation's re-entrant
 //! lock, so `on_complete` never overlaps a `try_complete` in progress on another thread,
 //! and an expired operation's `on_expiration` runs after that lock is released.
 //!

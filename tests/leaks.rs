@@ -226,13 +226,12 @@ fn a_million_short_timers_fired_leave_no_heap_behind() {
     timer.close();
 }
 
-/// Regression (defect 3 of the first round, and issue 10's defect 5): with wheel size 1
-/// (allowed) the one bucket holds every round, and each `add` that moved its expiration
-/// earlier pushed another item onto the delay queue; the items stayed until their due time,
-/// even when every task was cancelled (10^6 add+cancel alternating 10 ms and 1 h left ~25 MB
-/// live, and so did delays counting down, which move it earlier on every add). A list now
-/// keeps its earliest expiration, and the delay queue prunes the items its lists have
-/// since been queued again over.
+/// Regression: with wheel size 1 (allowed) the one bucket holds every round, and each `add`
+/// that moved its expiration earlier pushed another item onto the delay queue; the items
+/// stayed until their due time, even when every task was cancelled (10^6 add+cancel
+/// alternating 10 ms and 1 h left ~25 MB live, and so did delays counting down, which move
+/// it earlier on every add). A list now keeps its earliest expiration, and the delay queue
+/// prunes the items its lists have since been queued again over.
 #[test]
 fn wheel_size_one_add_and_cancel_leaves_no_heap_behind() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,7 +3,8 @@
 //! its recorder only while it builds the timer or purgatory (`with_local_recorder`): the
 //! handles registered then keep reporting to it from any thread.
 //!
-//! Run with `cargo test --features metrics`.
+//! Run with `cargo test --features metrics --test metrics` (or with every test:
+//! `cargo test --features metrics`).
 
 #![cfg(feature = "metrics")]
 

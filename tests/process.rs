@@ -1,7 +1,7 @@
 //! What the crate leaves behind in the process: every thread it starts belongs to a timer,
-//! a reaper or a purgatory, and is joined when its owner closes, also after a burst of adds,
-//! cancels and expiries that gives storage back (the old design freed such storage on a
-//! process-wide thread of its own).
+//! a reaper or a purgatory, and is joined when its owner closes, also after a burst of
+//! adds, cancels and expiries that gives storage back (a design that freed such storage on
+//! a process-wide thread of its own would fail it).
 //!
 //! One test in this binary, so that no other test's threads come and go while it counts
 //! the process's threads (`/proc/self/task`, Linux only).

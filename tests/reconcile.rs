@@ -1,12 +1,16 @@
 //! The `reconcile` example's core, run small: every order paid or expired exactly once, no
 //! stock left reserved, and sane lateness figures.
 
+mod common;
+
 #[allow(dead_code)]
 #[path = "../examples/reconcile/main.rs"]
 mod reconcile;
 
 use reconcile::report::Lateness;
 use reconcile::{Command, Config, Report, parse_args, run};
+
+use common::args;
 
 /// A run small enough for a debug build on a shared 2-core machine.
 fn small(orders: u32, pay_ratio: f64) -> Config {
@@ -169,10 +173,6 @@ fn lateness_percentiles_are_nearest_rank() {
     );
     assert_eq!(Lateness::of(vec![7]).p99_us, 7);
     assert_eq!(Lateness::of(Vec::new()), Lateness::default());
-}
-
-fn args(line: &str) -> Vec<String> {
-    line.split_whitespace().map(str::to_owned).collect()
 }
 
 #[test]

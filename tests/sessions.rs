@@ -2,11 +2,15 @@
 //! exactly once, no live member ever does, none early, and exactly the live members'
 //! timeouts are left; and its command line.
 
+mod common;
+
 #[allow(dead_code)]
 #[path = "../examples/sessions/main.rs"]
 mod sessions;
 
 use sessions::{Command, Config, Report, parse_args, run};
+
+use common::args;
 
 /// A run small enough for a debug build on a shared 2-core machine: heartbeats every
 /// 100 ms, sessions of 1 s (a live member's next deadline is always 900 ms away).
@@ -137,10 +141,6 @@ fn the_invariant_check_can_fail() {
     let mut bad = good;
     bad.len_at_end -= 1;
     assert!(!bad.invariant_holds(), "a live member forgotten");
-}
-
-fn args(line: &str) -> Vec<String> {
-    line.split_whitespace().map(str::to_owned).collect()
 }
 
 #[test]

@@ -3,11 +3,10 @@
 //! constructors and the builder in `builder.rs`.
 //!
 //! Which Kafka each part follows: the purgatory, its watch lists, purge and reaper as read
-//! on 2026-11-22 (`server-common`'s `org.apache.kafka.server.purgatory`, Kafka 4.x trunk);
-//! the operation's completion and locking as in Kafka 4.1+ (KAFKA-19312,
-//! apache/kafka#19759; see `operation.rs`); the timer underneath as in Kafka 3.9.0,
-//! unchanged in 4.3. `docs/design.md` ("Where it deviates from Kafka") lists every
-//! difference with the version it was read from.
+//! in Kafka 4.x's trunk (`server-common`'s `org.apache.kafka.server.purgatory`); the
+//! operation's completion and locking as KAFKA-19312 made them (apache/kafka#19759; see
+//! `operation.rs`); the timer underneath as in Kafka 3.9.0, unchanged in 4.3.
+//! `docs/design.md` ("Purgatory") lists every difference with the source it was read from.
 //!
 //! # Ground rules
 //!
@@ -123,9 +122,9 @@ use watch::WatchLists;
 ///
 /// # Differences from Kafka
 ///
-/// Compared with Kafka's purgatory as read on 2026-11-22 (`server-common`,
-/// `org.apache.kafka.server.purgatory`, Kafka 4.x); the operation's locking follows Kafka
-/// 4.1+ (KAFKA-19312), see [`Delayed`]. As in every Kafka version, `on_complete` runs
+/// Compared with Kafka's purgatory in Kafka 4.x's trunk (`server-common`,
+/// `org.apache.kafka.server.purgatory`); the operation's locking follows KAFKA-19312, see
+/// [`Delayed`]. As in every Kafka version, `on_complete` runs
 /// exactly once per operation, and an operation completed before its timeout has its timer
 /// entry cancelled (unlinked at once) by the completing call; here the timer's task is also
 /// dropped inside that call.

@@ -3,9 +3,10 @@
 //!
 //! # Ground rules
 //!
-//! The locking follows Kafka 4.1 and later (KAFKA-19312, apache/kafka#19759), where
-//! `forceComplete` checks `completed`, takes the operation's lock, checks again and
-//! completes, and the expiry is `if (forceComplete()) onExpiration()`.
+//! The locking is the one KAFKA-19312 introduced (apache/kafka#19759): `forceComplete`
+//! checks `completed`, takes the operation's lock, checks again and completes, and the expiry
+//! is `if (forceComplete()) onExpiration()`. (A later trunk runs `onExpiration` under the
+//! lock; `docs/design.md` says which sources were read.)
 //!
 //! - **State machine.** An operation is *pending* or *completed*; `completed` (an
 //!   `AtomicBool`) goes from `false` to `true` once, by one `compare_exchange` made under
@@ -108,12 +109,12 @@ pub trait DelayedOperation: Send + Sync + 'static {
     /// thread that completed it: a caller of `try_complete`/`check_and_complete`, a caller
     /// of `force_complete`, or the thread that runs expired timeouts. Runs under the
     /// operation's lock, so never while another thread is inside
-    /// [`try_complete`](DelayedOperation::try_complete) (as in Kafka 4.1+).
+    /// [`try_complete`](DelayedOperation::try_complete) (as KAFKA-19312 made it).
     fn on_complete(&self);
 
     /// Runs right after [`on_complete`](DelayedOperation::on_complete), on the same thread,
     /// when the operation completed because it expired, once the operation's lock is
-    /// released (as in Kafka 4.1+, where the expiry is `if (forceComplete())
+    /// released (as KAFKA-19312 left it, where the expiry is `if (forceComplete())
     /// onExpiration()`). Never runs for an operation completed any other way.
     fn on_expiration(&self);
 }
@@ -157,7 +158,7 @@ pub trait DelayedOperation: Send + Sync + 'static {
 ///
 /// # Differences from Kafka
 ///
-/// None in how it completes: that follows Kafka 4.1 and later (KAFKA-19312),
+/// None in how it completes: that follows KAFKA-19312,
 /// where `forceComplete` checks `completed`, takes the operation's lock, checks again and
 /// completes, so `onComplete` never overlaps a `tryComplete` in progress, and the expiry
 /// runs `onExpiration` after the lock is released. (Kafka up to 4.0 set `completed` with
@@ -257,7 +258,7 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// Completes the operation now unless it already completed: cancels its timeout and runs
     /// `on_complete`. Returns true iff this call completed it (Kafka's `forceComplete`).
     ///
-    /// As in Kafka 4.1+ (KAFKA-19312): returns false at once if the operation has completed;
+    /// As KAFKA-19312 made it: returns false at once if the operation has completed;
     /// else takes the operation's lock, waiting while another thread is inside its
     /// `try_complete`, checks again, and completes it. So `on_complete` never overlaps a
     /// `try_complete` in progress on another thread, and the operation completes once

@@ -1,10 +1,13 @@
-//! Helpers shared by the integration-test binaries (`mod common;` in each), one module per
-//! concern:
+//! Helpers shared by the integration-test binaries (`it`, and `mod common;` in each binary
+//! of its own), one module per concern:
 //!
-//! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`], and
-//!   [`panic_location`] for `#[track_caller]` checks;
+//! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`] and
+//!   [`NEVER_MS`], [`mocked`] (a `SystemTimer` on a mock clock), [`driven_purgatory`],
+//!   [`args`] for the examples' command lines, and [`panic_location`] for
+//!   `#[track_caller]` checks;
 //! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
-//! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
+//! - [`logger`]: the one capturing logger (the `error!` and `warn!` records of a test
+//!   binary, installed once for all its tests);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
 //! - [`rng`]: the one seeded random number generator;
 //! - [`sync`]: the executor barrier, a driver thread, a gate that holds the executor busy,
@@ -21,16 +24,51 @@ pub(crate) mod rng;
 pub(crate) mod sync;
 pub(crate) mod waker;
 
+use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use timingwheel::TimerTask;
+use timingwheel::{
+    DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, TimerTask,
+};
 
 /// How long a test waits for something that should happen soon before it counts it as lost
 /// (or deadlocked): loose, for a busy 2-core machine.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A delay long enough never to expire during a test.
+pub(crate) const NEVER_MS: i64 = 3_600_000;
+
+/// A `SystemTimer` on a mock clock (nothing expires unless the test moves it), holding at
+/// most `max_pending` tasks if given.
+pub(crate) fn mocked(name: &str, max_pending: Option<usize>) -> (SystemTimer, MockTime) {
+    let time = MockTime::new();
+    let builder = SystemTimer::builder(name).time(time.clone());
+    let builder = match max_pending {
+        Some(max) => builder.max_pending(max),
+        None => builder,
+    };
+    (builder.build(), time)
+}
+
+/// A purgatory on `timer`, with the reaper off: the test drives the clock.
+pub(crate) fn driven_purgatory<Op: DelayedOperation>(
+    name: &str,
+    timer: &Arc<MockTimer>,
+) -> DelayedOperationPurgatory<u32, Op> {
+    DelayedOperationPurgatory::builder(name)
+        .timer(Arc::clone(timer))
+        .reaper_enabled(false)
+        .build()
+}
+
+/// The words of a command line, as an example's `parse_args` takes them (without the
+/// program's name).
+pub(crate) fn args(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
 
 /// A task that counts its runs and its drops, so a test can tell "ran", "cancelled" (dropped
 /// without running) and "still pending" apart.
@@ -68,21 +106,64 @@ pub(crate) fn counted(
     })
 }
 
+thread_local! {
+    /// While [`panic_message_and_location`] runs its closure on this thread: the needle, and
+    /// the file of the location of the panic whose message contained it.
+    static CATCHING: RefCell<Option<(&'static str, Option<String>)>> = const { RefCell::new(None) };
+}
+
 /// Runs `f`, which must panic with a message containing `needle`, and returns the file the
-/// panic reports as its location (with `#[track_caller]`, the caller's). The panic hook is
-/// the process's: it is replaced only while `f` runs.
+/// panic reports as its location (with `#[track_caller]`, the caller's).
 pub(crate) fn panic_location<T>(needle: &'static str, f: impl FnOnce() -> T) -> Option<String> {
-    let location = Arc::new(Mutex::new(None));
-    let seen = Arc::clone(&location);
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info.payload_as_str().unwrap_or_default();
-        if message.contains(needle) {
-            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
-        }
-    }));
+    panic_message_and_location(needle, f).1
+}
+
+/// Runs `f`, which must panic with a message containing `needle`, and returns the message
+/// and the file the panic reports as its location.
+///
+/// The location is only told to the panic hook, which is the process's: many tests of the
+/// binary panic on purpose meanwhile, some of them at the same time on other threads. So the
+/// hook is wrapped once for the whole process, never swapped per call (two calls at once
+/// would restore each other's hook), and the wrapper takes only a panic of a thread that is
+/// inside this function, with the needle in its message; every other panic goes on to the
+/// hook it wraps.
+pub(crate) fn panic_message_and_location<T>(
+    needle: &'static str,
+    f: impl FnOnce() -> T,
+) -> (String, Option<String>) {
+    static WRAP_THE_HOOK: Once = Once::new();
+    WRAP_THE_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info.payload_as_str().unwrap_or_default();
+            // `try_with`: a thread may panic while its thread-locals are being destroyed.
+            let caught = CATCHING
+                .try_with(|catching| match &mut *catching.borrow_mut() {
+                    Some((needle, location)) if message.contains(*needle) => {
+                        *location = info.location().map(|l| l.file().to_owned());
+                        true
+                    }
+                    _ => false,
+                })
+                .unwrap_or(false);
+            if !caught {
+                previous(info);
+            }
+        }));
+    });
+    CATCHING.set(Some((needle, None)));
     let result = catch_unwind(AssertUnwindSafe(f));
-    std::panic::set_hook(previous);
-    assert!(result.is_err(), "it did not panic");
-    location.lock().unwrap().take()
+    let location = CATCHING.take().and_then(|(_, location)| location);
+    let Err(payload) = result else {
+        panic!("it did not panic");
+    };
+    let message = match (
+        payload.downcast_ref::<String>(),
+        payload.downcast_ref::<&str>(),
+    ) {
+        (Some(message), _) => message.clone(),
+        (None, Some(message)) => (*message).to_owned(),
+        (None, None) => String::new(),
+    };
+    (message, location)
 }

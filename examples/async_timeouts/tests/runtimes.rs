@@ -1,7 +1,7 @@
 //! timingwheel's `Sleep`, `timeout` and `Interval` under real async runtimes: tokio's
 //! current-thread and multi-thread schedulers, smol, and `futures::executor`. Each runs the
 //! same scenario on a real `SystemTimer` driven by a reaper; the deterministic rules are
-//! proved on a `MockTimer` in the library's `tests/futures.rs`.
+//! proved on a `MockTimer` in the library's `tests/it/futures.rs`.
 //!
 //! Real-clock checks assert a strict lower bound (never early) and a loose upper one.
 

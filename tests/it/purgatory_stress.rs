@@ -7,7 +7,7 @@
 //! At the end every slot must read one `on_complete`, at most one `on_expiration` (only for an
 //! operation whose timeout had passed, never early), and one drop.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use timingwheel::{KeyedTimer, MockTime, MockTimer, SystemTimer, Timer, TimerTask, timer_task};
 
-mod common;
+use crate::common;
 use common::ledger::Ledger;
 use common::rng::Rng;
 use common::sync::{ExecutorGate, driven, eventually, within};

@@ -5,7 +5,7 @@
 //! Logic tests step a `MockTime`; the concurrent ones count every task (`std::thread::scope`,
 //! sizes in consts). See `docs/guarantees.md` ("Refusal, bounds and stats").
 
-mod common;
+use crate::common;
 
 use std::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -15,14 +15,11 @@ use std::time::Duration;
 
 use common::rng::Rng;
 use common::sync::{SetOnDrop, barrier};
-use common::{Counted, counted};
+use common::{Counted, NEVER_MS, counted, mocked};
 use timingwheel::{
-    AddError, FnTask, IntoDelayMs, MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer,
-    TimerStats, TimerTask, TimerTaskEntry, timer_task,
+    AddError, FnTask, IntoDelayMs, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerStats,
+    TimerTask, TimerTaskEntry, timer_task,
 };
-
-/// Long enough never to expire during a test.
-const NEVER_MS: i64 = 3_600_000;
 
 /// Run and drop counters for the tasks of one test.
 #[derive(Default)]
@@ -41,17 +38,6 @@ impl Tally {
     fn drops(&self) -> usize {
         self.drops.load(Ordering::SeqCst)
     }
-}
-
-/// A `SystemTimer` on a mock clock (nothing expires unless the test moves it).
-fn mocked(name: &str, max_pending: Option<usize>) -> (SystemTimer, MockTime) {
-    let time = MockTime::new();
-    let builder = SystemTimer::builder(name).time(time.clone());
-    let builder = match max_pending {
-        Some(max) => builder.max_pending(max),
-        None => builder,
-    };
-    (builder.build(), time)
 }
 
 /// Every kind of timer, closed.

@@ -15,7 +15,7 @@ use timingwheel::{
     timer_task,
 };
 
-mod common;
+use crate::common;
 use common::counted;
 use common::ledger::Ledger;
 use common::rng::Rng;

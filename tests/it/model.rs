@@ -24,13 +24,13 @@
 //! the next `advance_clock`: both are allowed, and which one happened is read off the
 //! barrier (a task handed over inside `add` has run by the time the barrier has).
 //!
-//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test model`.
+//! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test it -- model::`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -483,10 +483,10 @@ fn cancel_in_a_deep_hierarchy_frees_and_counts() {
     h.finish();
 }
 
-/// Regression (defect 1, fixed): a wheel started below zero (allowed: the clock is any
-/// `i64`) with a delay near i64::MAX made the levels' intervals saturate while their time
-/// was negative, so no level counted as the top: `TimingWheel::add` created overflow wheels
-/// without end and the stack overflowed. A saturated interval now marks the top level.
+/// Regression: a wheel started below zero (allowed: the clock is any `i64`) with a delay
+/// near i64::MAX made the levels' intervals saturate while their time was negative, so no
+/// level counted as the top: `TimingWheel::add` created overflow wheels without end and the
+/// stack overflowed. A saturated interval now marks the top level.
 #[test]
 fn negative_start_with_max_delay_does_not_overflow_the_stack() {
     run_model(1, 2, 1_000_001, &[Op::Add(i64::MAX), Op::Step(10)]);
@@ -516,10 +516,10 @@ fn negative_start_with_moderate_delays_agrees_with_model() {
     run_model(3, 4, 1_000_000 + 12_345, &ops);
 }
 
-/// Regression (defect 2, fixed): a wheel started *after* its clock (`start_ms` > now,
-/// which `with_config` accepts) took every task due before `start_ms + tick_ms` for
-/// expired and ran it at once, up to `start_ms - now` early (Kafka does the same). The
-/// start is now capped at the clock's reading.
+/// Regression: a wheel started *after* its clock (`start_ms` > now, which `with_config`
+/// accepts) took every task due before `start_ms + tick_ms` for expired and ran it at once,
+/// up to `start_ms - now` early (Kafka does the same). The start is now capped at the
+/// clock's reading.
 #[test]
 fn start_after_the_clock_does_not_fire_early() {
     let mut harness = Harness::new(1, 20, -1_000);
@@ -622,8 +622,8 @@ proptest! {
     #![proptest_config(config())]
 
     /// Starts far below zero (down to `i64::MIN`, which the wheel clamps), with delays kept
-    /// below 2^45 ms (the extremes are covered by the regression tests of defect 1, e.g.
-    /// `far_negative_start_overflows_far_below_i64_max`).
+    /// below 2^45 ms (the extremes, where a level's interval saturates, are covered by
+    /// regression tests, e.g. `far_negative_start_overflows_far_below_i64_max`).
     #[test]
     fn negative_start_agrees_with_model(
         tick_ms in 1i64..=100,
@@ -648,13 +648,14 @@ proptest! {
     }
 }
 
-/// Regression (defect 1, fixed): not only about `i64::MAX`. Started at `i64::MIN` (clamped to `i64::MIN / 2`)
-/// with tick 71 and wheel size 48, the first level whose interval saturates has tick
-/// 4,609,679,409,706,696,704 ms; its time rounds down to about -9.2 * 10^18, so its range
-/// ends near 4.0 * 10^15 ms, and a delay of 10^16 ms (~300,000 years) lands beyond it.
-/// (Started at -1, the lowest such bound over ticks 1-100 and sizes 2-64 is ~3.1 * 10^18 ms,
-/// tick 85, size 2; with Kafka's defaults (1, 20) it is ~7.6 * 10^18 ms.) Before the fix
-/// this recursed without end.
+/// Regression: a saturating level is not only about `i64::MAX`. Started at `i64::MIN`
+/// (clamped to `i64::MIN / 2`) with tick 71 and wheel size 48, the first level whose
+/// interval saturates has tick 4,609,679,409,706,696,704 ms; its time rounds down to about
+/// -9.2 * 10^18, so its range ends near 4.0 * 10^15 ms, and a delay of 10^16 ms (~300,000
+/// years) lands beyond it. (Started at -1, the lowest such bound over ticks 1-100 and sizes
+/// 2-64 is ~3.1 * 10^18 ms, tick 85, size 2; with Kafka's defaults (1, 20) it is ~7.6 *
+/// 10^18 ms.) A wheel that does not take a saturated interval for the top level recurses
+/// here without end.
 #[test]
 fn far_negative_start_overflows_far_below_i64_max() {
     run_model(

@@ -6,10 +6,10 @@
 //!
 //! See `docs/guarantees.md` ("Purgatory") for the map from each guarantee to its tests.
 
-mod common;
+use crate::common;
 
 #[allow(dead_code)]
-#[path = "../examples/purgatory/main.rs"]
+#[path = "../../examples/purgatory/main.rs"]
 mod purgatory_example;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -20,23 +20,12 @@ use std::time::{Duration, Instant};
 
 use common::logger;
 use common::probe::{Callback, PROBE_PANIC, Probe};
-use common::{PATIENCE, panic_location};
+use common::{NEVER_MS, PATIENCE, driven_purgatory, panic_location};
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, Timer,
 };
 
-/// Long enough never to expire during a test.
-const NEVER_MS: i64 = 3_600_000;
-
 type Purgatory<Op = Probe> = DelayedOperationPurgatory<u32, Op>;
-
-/// A purgatory on `timer`, with the reaper off: the test drives the clock.
-fn driven(timer: &Arc<MockTimer>) -> Purgatory {
-    <Purgatory>::builder("test")
-        .timer(Arc::clone(timer))
-        .reaper_enabled(false)
-        .build()
-}
 
 /// A purgatory of `Op` on a mock clock nobody moves.
 fn on_a_still_clock<Op: DelayedOperation>() -> DelayedOperationPurgatory<u32, Op> {
@@ -67,7 +56,7 @@ fn completing_before_the_timeout_cancels_it_inside_the_call() {
     ];
     for (way, complete) in ways {
         let timer = Arc::new(MockTimer::new());
-        let purgatory = driven(&timer);
+        let purgatory = driven_purgatory("test", &timer);
         let op = Probe::delayed(1_000);
         assert!(!purgatory.try_complete_else_watch(&op, &[1]));
         assert_eq!(purgatory.num_delayed(), 1, "{way}");
@@ -87,7 +76,7 @@ fn completing_before_the_timeout_cancels_it_inside_the_call() {
 #[test]
 fn a_completed_operation_is_freed_inside_the_completing_call() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let op = Probe::delayed(1_000);
     let drops = Arc::clone(&op.operation().drops);
     assert!(!purgatory.try_complete_else_watch(&op, &[1]));
@@ -107,7 +96,7 @@ fn a_completed_operation_is_freed_inside_the_completing_call() {
 #[test]
 fn on_complete_runs_once_whichever_ways_try_to_complete() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let op = Probe::delayed(10);
     assert!(!purgatory.try_complete_else_watch(&op, &[1, 2]));
     assert!(op.force_complete());
@@ -129,7 +118,7 @@ fn on_complete_runs_once_whichever_ways_try_to_complete() {
 #[test]
 fn expiry_runs_on_complete_then_on_expiration_once_the_delay_has_passed() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let op = Probe::delayed(100);
     assert!(!purgatory.try_complete_else_watch(&op, &[1]));
     assert!(!purgatory.advance_clock(99));
@@ -245,13 +234,13 @@ fn a_completion_is_never_missed_while_another_thread_holds_the_lock() {
 #[test]
 #[should_panic(expected = "watch_keys must not be empty")]
 fn empty_watch_keys_panic_naming_the_argument() {
-    let purgatory = driven(&Arc::new(MockTimer::new()));
+    let purgatory = driven_purgatory("test", &Arc::new(MockTimer::new()));
     purgatory.try_complete_else_watch(&Probe::delayed(10), &[]);
 }
 
 #[test]
 fn the_empty_watch_keys_panic_points_at_the_caller() {
-    let purgatory = driven(&Arc::new(MockTimer::new()));
+    let purgatory = driven_purgatory("test", &Arc::new(MockTimer::new()));
     let location = panic_location("watch_keys", || {
         purgatory.try_complete_else_watch(&Probe::delayed(10), &[])
     });
@@ -266,7 +255,7 @@ fn a_zero_reaper_poll_panics_naming_the_argument() {
 
 #[test]
 fn a_panic_in_try_complete_reaches_the_caller_and_leaves_the_purgatory_usable() {
-    let purgatory = driven(&Arc::new(MockTimer::new()));
+    let purgatory = driven_purgatory("test", &Arc::new(MockTimer::new()));
     let op = Probe::delayed(1_000);
     assert!(!purgatory.try_complete_else_watch(&op, &[1]));
     op.operation().panic_in(Some(Callback::TryComplete));
@@ -283,7 +272,7 @@ fn a_panic_in_try_complete_reaches_the_caller_and_leaves_the_purgatory_usable() 
 
 #[test]
 fn a_panic_in_on_complete_reaches_the_caller_and_the_operation_stays_completed() {
-    let purgatory = driven(&Arc::new(MockTimer::new()));
+    let purgatory = driven_purgatory("test", &Arc::new(MockTimer::new()));
     let op = Probe::delayed(1_000);
     assert!(!purgatory.try_complete_else_watch(&op, &[1]));
     op.operation().panic_in(Some(Callback::OnComplete));
@@ -303,7 +292,7 @@ fn a_panic_in_on_complete_reaches_the_caller_and_the_operation_stays_completed()
 #[test]
 fn a_panic_in_on_expiration_reaches_the_caller_of_advance_clock_and_later_expiries_run() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let first = Probe::delayed(10);
     let second = Probe::delayed(20);
     first.operation().panic_in(Some(Callback::OnExpiration));
@@ -480,7 +469,7 @@ fn purged_operations_are_freed() {
 #[test]
 fn cancel_for_key_returns_only_pending_operations_which_stay_watched_elsewhere() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let (done, pending) = (Probe::delayed(100), Probe::delayed(100));
     purgatory.try_complete_else_watch(&done, &[1, 2]);
     purgatory.try_complete_else_watch(&pending, &[1, 2]);
@@ -527,7 +516,7 @@ fn without_the_timer_operations_get_no_timeout() {
 #[test]
 fn expired_count_counts_the_operations_completed_by_expiring_and_no_others() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("test", &timer);
     let ops: Vec<Delayed<Probe>> = (0..6).map(|_| Probe::delayed(100)).collect();
     for (key, op) in (0..).zip(&ops) {
         assert!(!purgatory.try_complete_else_watch(op, &[key]));
@@ -837,11 +826,9 @@ mod reaper {
         timer_task,
     };
 
-    use super::common::PATIENCE;
+    use super::common::{NEVER_MS, PATIENCE};
     /// A reaper poll far longer than any test: a shutdown that waited for it would be caught.
     const LONG_POLL_MS: i64 = 60_000;
-    /// Long enough never to expire during a test.
-    const NEVER_MS: i64 = 3_600_000;
 
     type Purgatory = DelayedOperationPurgatory<u32, Probe>;
 

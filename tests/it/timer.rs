@@ -13,12 +13,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use timingwheel::{SystemTimer, Timer, TimerTask, hi_res_clock_ms};
 
-/// How long a test waits for tasks that should already have run.
-const PATIENCE: Duration = Duration::from_secs(10);
+use crate::common::PATIENCE;
 
 struct TestTask {
     delay_ms: i64,

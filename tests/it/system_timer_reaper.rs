@@ -551,9 +551,9 @@ fn a_task_on_the_reaper_thread_may_close_the_reaper() {
 }
 
 /// An idle reaper's `close`, `stop` and drop, timed over many reapers: each wakes the
-/// thread out of its 200 ms poll instead of waiting it out (before the fix they took
-/// 150-200 ms). Half of the timers have a task pending an hour out, so the poll sleeps on
-/// the delay queue's head rather than on an empty queue.
+/// thread out of its 200 ms poll instead of waiting it out (a reaper that waited it out
+/// would take 150-200 ms). Half of the timers have a task pending an hour out, so the poll
+/// sleeps on the delay queue's head rather than on an empty queue.
 #[test]
 fn an_idle_reaper_closes_stops_and_drops_in_milliseconds() {
     const RUNS: usize = 60;

@@ -2,7 +2,7 @@
 //! `MockTimer` (every run's time checked exactly), then cancel, close, panics and overlap
 //! on `SystemTimer`s with executor pools, counting every run.
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::PATIENCE;
 use common::logger;
 use common::sync::eventually;
+use common::{PATIENCE, panic_message_and_location};
 use timingwheel::{
     MissedTicks, MockTimer, PeriodicHandle, SystemTimer, SystemTimerReaper, Timer,
     schedule_periodic,
@@ -216,30 +216,14 @@ fn a_zero_period_panics_naming_the_argument() {
 
 #[test]
 fn a_negative_period_panic_points_at_the_caller() {
-    let location = Arc::new(Mutex::new(None));
-    let seen = location.clone();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        // Other tests of this binary panic on purpose meanwhile.
-        if info
-            .payload_as_str()
-            .unwrap_or_default()
-            .contains("period_ms")
-        {
-            *seen.lock().unwrap() = info.location().map(|l| l.file().to_owned());
-        }
-    }));
-    let result = catch_unwind(|| {
+    let (message, location) = panic_message_and_location("period_ms", || {
         schedule_periodic(Arc::new(MockTimer::new()), -7, MissedTicks::Skip, || {});
     });
-    std::panic::set_hook(previous);
-    let message = result.unwrap_err();
-    let message = message.downcast_ref::<String>().unwrap();
     assert_eq!(
         message,
         "schedule_periodic: period_ms must be positive, got -7"
     );
-    assert_eq!(location.lock().unwrap().as_deref(), Some(file!()));
+    assert_eq!(location.as_deref(), Some(file!()));
 }
 
 /// Schedules that each record whether two of their runs ever overlapped.

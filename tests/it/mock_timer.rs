@@ -406,10 +406,9 @@ fn mock_time_sleep_never_blocks_and_saturates() {
     assert_eq!(time.milliseconds(), i64::MAX);
 }
 
-/// Regression (issue 10, defect 3): `MockTime` kept nanoseconds in an `i64`, so its clock
-/// stopped 292 years after its start and a task due later never ran, whatever
-/// `advance_clock` was asked. The clock now covers the whole `i64` millisecond range and
-/// saturates at its end.
+/// Regression: `MockTime` kept nanoseconds in an `i64`, so its clock stopped 292 years
+/// after its start and a task due later never ran, whatever `advance_clock` was asked. The
+/// clock now covers the whole `i64` millisecond range and saturates at its end.
 #[test]
 fn mock_clock_covers_the_whole_millisecond_range_and_saturates() {
     /// 10^13 ms, about 317 years: beyond what an `i64` of nanoseconds holds.

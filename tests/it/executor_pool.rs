@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use timingwheel::crossbeam_channel;
 use timingwheel::{SystemTimer, Timer, TimerTaskEntry, timer_task};
 
-mod common;
+use crate::common;
 use common::ledger::Ledger;
 use common::logger;
 use common::rng::Rng;

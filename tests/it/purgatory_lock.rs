@@ -10,14 +10,14 @@
 //!
 //! See `docs/guarantees.md` ("Purgatory") for the map from each guarantee to its tests.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
-use common::PATIENCE;
+use common::{PATIENCE, driven_purgatory};
 use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer, Timer};
 
 /// How long a test gives another thread to reach (and, without the lock, run past) the
@@ -112,14 +112,6 @@ impl DelayedOperation for Watchful {
 
 type Purgatory = DelayedOperationPurgatory<u32, Watchful>;
 
-/// A purgatory on `timer`, with the reaper off: the test drives the clock.
-fn driven(timer: &Arc<MockTimer>) -> Purgatory {
-    Purgatory::builder("lock")
-        .timer(Arc::clone(timer))
-        .reaper_enabled(false)
-        .build()
-}
-
 #[test]
 fn on_complete_never_overlaps_a_try_complete_in_progress_on_another_thread() {
     // Two ways another thread completes the operation while a check holds its lock: by
@@ -134,7 +126,7 @@ fn on_complete_never_overlaps_a_try_complete_in_progress_on_another_thread() {
     ];
     for (way, complete) in ways {
         let timer = Arc::new(MockTimer::new());
-        let purgatory = driven(&timer);
+        let purgatory = driven_purgatory("lock", &timer);
         let op = Watchful::delayed(1_000);
         assert!(!purgatory.try_complete_else_watch(&op, &[1]), "{way}");
         let (inside, release) = op.operation().close_gate();
@@ -172,7 +164,7 @@ fn on_complete_never_overlaps_a_try_complete_in_progress_on_another_thread() {
 #[test]
 fn on_complete_runs_under_the_lock_and_on_expiration_after_it_is_released() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("lock", &timer);
     let op = Watchful::delayed(10);
     assert!(!purgatory.try_complete_else_watch(&op, &[1]));
     assert!(purgatory.advance_clock(10));
@@ -240,7 +232,7 @@ fn on_expiration_lets_other_threads_take_the_lock_while_it_runs() {
 #[test]
 fn force_complete_from_inside_try_complete_completes_the_operation_once() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("lock", &timer);
     let op = Watchful::delayed(1_000);
     assert!(!purgatory.try_complete_else_watch(&op, &[1, 2]));
     op.operation().force_inside.store(true, Ordering::SeqCst);
@@ -263,7 +255,7 @@ fn force_complete_from_inside_try_complete_completes_the_operation_once() {
 #[test]
 fn force_complete_inside_try_complete_during_the_watch_completes_it_there() {
     let timer = Arc::new(MockTimer::new());
-    let purgatory = driven(&timer);
+    let purgatory = driven_purgatory("lock", &timer);
     let op = Watchful::delayed(1_000);
     op.operation().force_inside.store(true, Ordering::SeqCst);
     op.operation().completable.store(true, Ordering::SeqCst);

@@ -15,7 +15,7 @@ use timingwheel::{
     MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, hi_res_clock_ms, timer_task,
 };
 
-mod common;
+use crate::common;
 use common::sync::{SetOnDrop, within};
 use common::{PATIENCE, counted, logger};
 
@@ -290,10 +290,10 @@ impl Drop for PanickyPayload {
     }
 }
 
-/// Regression (issue 10, defect 2): a task panicking with a payload whose `Drop` panics
-/// killed the executor's job when the payload was dropped after the catch: the rest of its
-/// batch was neither run nor cancelled, the in-flight count never came down, and `close`
-/// waited out its whole 10 s bound.
+/// Regression: a task panicking with a payload whose `Drop` panics killed the executor's
+/// job when the payload was dropped after the catch: the rest of its batch was neither run
+/// nor cancelled, the in-flight count never came down, and `close` waited out its whole 10
+/// s bound.
 #[test]
 fn a_panic_payload_whose_drop_panics_does_not_kill_the_rest_of_the_batch() {
     /// Tasks on each side of the panicking one, all in one flushed batch.
@@ -443,9 +443,9 @@ fn size_no_longer_counts_a_task_once_it_runs() {
     }
 }
 
-/// Regression (issue 10, defect 4, first half): once the wheel's time was within a tick of
-/// `i64::MAX`, an entry due at `i64::MAX` was never expired (the check saturated), and
-/// `advance_clock` re-added it to a due list forever.
+/// Regression: once the wheel's time was within a tick of `i64::MAX`, an entry due at
+/// `i64::MAX` was never expired (the check saturated), and `advance_clock` re-added it to a
+/// due list forever.
 #[test]
 fn tasks_due_at_the_end_of_the_clock_run_when_it_gets_there() {
     for (tick_ms, wheel_size) in [(1, 20), (49, 4), (1, 1)] {
@@ -485,9 +485,9 @@ fn thread_cpu() -> Option<Duration> {
     Some(Duration::from_nanos(nanos))
 }
 
-/// Regression (issue 10, defect 4): near the end of the clock's range the delay queue's
-/// wait saturated to zero while its head was not due, so `advance_clock(500)` spun for the
-/// whole timeout (490 ms of CPU) instead of sleeping.
+/// Regression: near the end of the clock's range the delay queue's wait saturated to zero
+/// while its head was not due, so `advance_clock(500)` spun for the whole timeout (490 ms
+/// of CPU) instead of sleeping.
 #[test]
 fn advance_clock_sleeps_near_the_end_of_the_clocks_range() {
     const TIMEOUT: Duration = Duration::from_millis(300);

@@ -3,7 +3,7 @@
 //! deterministic; one real-clock test parks a thread. Under real runtimes (tokio, smol,
 //! `futures::executor`) they are tested by `examples/async_timeouts/tests/runtimes.rs`.
 
-mod common;
+use crate::common;
 
 use std::future::{Future, pending, poll_fn};
 use std::pin::{Pin, pin};

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use timingwheel::{MockTime, MockTimer, SystemTimer, Timer, TimerTaskEntry};
 
-mod common;
+use crate::common;
 use common::ledger::Ledger;
 use common::sync::barrier;
 

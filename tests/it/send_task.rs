@@ -17,7 +17,7 @@ use timingwheel::{
     timer_task,
 };
 
-mod common;
+use crate::common;
 use common::PATIENCE;
 use common::rng::Rng;
 use common::sync::{driven, eventually};

@@ -8,7 +8,7 @@
 //! `SystemTimer`: every task runs once or is cancelled once, never both, never early.
 //!
 //! Kafka's `TimerTaskListTest.testAll` (tasks moved between buckets keep the counts
-//! exact) is ported in `tests/timer_task_list.rs`.
+//! exact) is ported in `tests/it/timer_task_list.rs`.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
@@ -20,7 +20,7 @@ use timingwheel::{
     timer_task,
 };
 
-mod common;
+use crate::common;
 use common::PATIENCE;
 use common::ledger::Ledger;
 use common::rng::Rng;

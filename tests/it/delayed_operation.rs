@@ -35,7 +35,7 @@
 //!   `ScheduledExecutorService`; a seeded xorshift replaces `java.util.Random`. Also
 //!   asserts each operation's `on_complete` ran exactly once.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

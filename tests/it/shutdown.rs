@@ -14,29 +14,22 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{
-    MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry,
-    timer_task,
+    MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, timer_task,
 };
 
-mod common;
+use crate::common;
 use common::ledger::Ledger;
 use common::sync::{barrier, within};
-use common::{Counted, PATIENCE, counted};
+use common::{Counted, PATIENCE, counted, mocked};
 
 /// Pending timers for the big `close`.
 const PENDING: usize = 1_000_000;
 /// "At once": far below the timeouts asked for (60 s), far above any scheduling hiccup.
 const AT_ONCE: Duration = Duration::from_secs(2);
 
-fn mock_timer(name: &str) -> (MockTime, SystemTimer) {
-    let time = MockTime::new();
-    let timer = SystemTimer::builder(name).time(time.clone()).build();
-    (time, timer)
-}
-
 #[test]
 fn close_with_a_million_pending_timers_frees_them_without_waiting() {
-    let (_time, timer) = mock_timer("million");
+    let (timer, _time) = mocked("million", None);
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     for i in 0..PENDING {
@@ -66,7 +59,7 @@ fn close_with_a_million_pending_timers_frees_them_without_waiting() {
 
 #[test]
 fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
-    let (_time, timer) = mock_timer("self-drop");
+    let (timer, _time) = mocked("self-drop", None);
     let timer = Arc::new(timer);
     let weak = Arc::downgrade(&timer);
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -116,7 +109,7 @@ fn dropping_the_last_arc_inside_its_own_task_neither_deadlocks_nor_panics() {
 
 #[test]
 fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
-    let (time, timer) = mock_timer("reentrant");
+    let (timer, time) = mocked("reentrant", None);
     let timer = Arc::new(timer);
     let (tx, rx) = mpsc::channel::<&'static str>();
     let victim_drops = Arc::new(AtomicUsize::new(0));
@@ -165,7 +158,7 @@ fn a_running_task_can_add_cancel_advance_and_close_its_own_timer() {
 
 #[test]
 fn close_is_idempotent_also_from_several_threads() {
-    let (_time, timer) = mock_timer("idempotent");
+    let (timer, _time) = mocked("idempotent", None);
     let drops = Arc::new(AtomicUsize::new(0));
     let runs = Arc::new(AtomicUsize::new(0));
     for i in 0..1_000 {
@@ -194,7 +187,7 @@ fn close_is_idempotent_also_from_several_threads() {
 
 #[test]
 fn after_close_add_returns_a_cancelled_entry_and_runs_nothing() {
-    let (time, timer) = mock_timer("closed-add");
+    let (timer, time) = mocked("closed-add", None);
     let (waiting_runs, waiting_drops) = (Arc::default(), Arc::new(AtomicUsize::new(0)));
     let waiting = timer.add(counted(60_000, &waiting_runs, &waiting_drops));
     timer.close();
@@ -286,7 +279,7 @@ fn close_wakes_a_thread_blocked_in_advance_clock() {
 fn close_lets_tasks_already_handed_to_the_executor_finish() {
     const FOLLOWERS: usize = 100;
     const SLOW: Duration = Duration::from_millis(300);
-    let (time, timer) = mock_timer("finish");
+    let (timer, time) = mocked("finish", None);
     let started = Arc::new(AtomicBool::new(false));
     let finished = Arc::new(AtomicUsize::new(0));
     let waiting_drops = Arc::new(AtomicUsize::new(0));
@@ -384,7 +377,7 @@ fn add_calls_back(
 
 #[test]
 fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
-    let (_time, timer) = mock_timer("drop-on-cancel");
+    let (timer, _time) = mocked("drop-on-cancel", None);
     let timer = Arc::new(timer);
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let other_drops = Arc::new(AtomicUsize::new(0));
@@ -414,7 +407,7 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_cancel() {
 #[test]
 fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
     const TASKS: usize = 100;
-    let (_time, timer) = mock_timer("drop-on-close");
+    let (timer, _time) = mocked("drop-on-close", None);
     let timer = Arc::new(timer);
     let (dropped_tx, dropped_rx) = mpsc::channel();
     let other = Arc::new(Mutex::new(None));
@@ -435,6 +428,10 @@ fn a_task_drop_that_calls_back_into_the_timer_does_not_deadlock_on_close() {
 /// `close` in the middle of adds, cancels and flushes on other threads: every task is run
 /// at most once, cancelled at most once, never both, and freed exactly once; nothing runs
 /// after `close` returns; later cancels all return false.
+///
+/// The adders' last quarter waits until `close` has returned: however the threads are
+/// scheduled (a `close` slower than the adders' whole second half, say), some adds race the
+/// `close` and some come after it and are refused.
 #[test]
 fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     const THREADS: usize = 3;
@@ -443,6 +440,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
     let slots = Ledger::new(TASKS);
     let timer = SystemTimer::new("close-race");
     let stop = AtomicBool::new(false);
+    let closed = AtomicBool::new(false);
     let progress = AtomicUsize::new(0);
     let entries: Vec<Mutex<Vec<(usize, TimerTaskEntry)>>> =
         (0..THREADS).map(|_| Mutex::new(Vec::new())).collect();
@@ -453,9 +451,15 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             }
         });
         for t in 0..THREADS {
-            let (timer, slots, entries, progress) = (&timer, &slots, &entries, &progress);
+            let (timer, slots, entries, progress, closed) =
+                (&timer, &slots, &entries, &progress, &closed);
             s.spawn(move || {
                 for i in 0..PER_THREAD {
+                    if i == PER_THREAD * 3 / 4 {
+                        while !closed.load(Ordering::SeqCst) {
+                            thread::yield_now();
+                        }
+                    }
                     let id = t * PER_THREAD + i;
                     let entry = timer.add(slots.task(id, (i % 7) as i64 - 1));
                     if i % 3 == 0 && entry.cancel() {
@@ -471,6 +475,7 @@ fn close_racing_adds_cancels_and_flushes_frees_everything_once() {
             thread::yield_now();
         }
         timer.close();
+        closed.store(true, Ordering::SeqCst);
         stop.store(true, Ordering::SeqCst);
     });
     let runs_after_close = slots.total_runs();
@@ -517,9 +522,9 @@ fn every_timer_type(name: &str) -> [(&'static str, Box<dyn Timer>); 3] {
     ]
 }
 
-/// Regression (issue 10, defect 6): a dropped `MockTimer` kept its waiting tasks alive for as
-/// long as any handle lived, and `cancel()` through such a handle still returned true.
-/// Dropping any timer drops its waiting tasks, unrun, and their handles find nothing left.
+/// Regression: a dropped `MockTimer` kept its waiting tasks alive for as long as any handle
+/// lived, and `cancel()` through such a handle still returned true. Dropping any timer
+/// drops its waiting tasks, unrun, and their handles find nothing left.
 #[test]
 fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false() {
     const WAITING: usize = 1_000;
@@ -548,9 +553,9 @@ fn dropping_any_timer_drops_its_waiting_tasks_and_their_handles_cancel_to_false(
     }
 }
 
-/// Regression (issue 10, defect 1): of two concurrent `close()` calls only the first waited
-/// for the task already on the executor; the second returned at once while it still ran.
-/// Now every caller of `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
+/// Regression: of two concurrent `close()` calls only the first waited for the task already
+/// on the executor; the second returned at once while it still ran. Now every caller of
+/// `close` or `stop` waits, on `SystemTimer` and `SystemTimerReaper`.
 #[test]
 fn every_concurrent_close_and_stop_waits_for_the_task_already_running() {
     const CLOSERS: usize = 4;
@@ -672,11 +677,15 @@ fn stop_hands_back_exactly_the_waiting_tasks_on_every_timer() {
     }
 }
 
-/// `stop` half-way through three threads' adds (a third of them cancelled at once; each
-/// thread waits half-way until the stop begins) while
+/// `stop` half-way through three threads' adds (a third of them cancelled at once) while
 /// two more drive the timer, on every timer type: each task ends exactly one way — run
 /// once, cancelled by one `cancel()` that returned true, handed back by `stop`, or refused
 /// by the stopped timer — and is dropped exactly once.
+///
+/// Each adder waits half-way until the stop begins, so that its third quarter races the
+/// stop however the threads are scheduled, and at three quarters until the stop has
+/// returned, so that its last quarter is refused even when the stop takes longer than the
+/// third quarter's adds.
 #[test]
 fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
     const ADDERS: usize = 3;
@@ -691,6 +700,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
         let done = AtomicBool::new(false);
         let progress = AtomicUsize::new(0);
         let stopping = AtomicBool::new(false);
+        let stopped = AtomicBool::new(false);
         let (handed_back, runs_at_stop) = thread::scope(|s| {
             for _ in 0..DRIVERS {
                 s.spawn(|| {
@@ -701,16 +711,20 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
                 });
             }
             for t in 0..ADDERS {
-                let (timer, slots, refused, entries, progress, stopping) =
-                    (&timer, &slots, &refused, &entries, &progress, &stopping);
+                let (timer, slots, refused, entries, progress, stopping, stopped) = (
+                    &timer, &slots, &refused, &entries, &progress, &stopping, &stopped,
+                );
                 s.spawn(move || {
                     for i in 0..PER_ADDER {
-                        if i == PER_ADDER / 2 {
-                            // Half-way, wait for the stop, so that the other half races it
-                            // however the threads are scheduled.
-                            while !stopping.load(Ordering::SeqCst) {
-                                thread::yield_now();
-                            }
+                        let wait_for = if i == PER_ADDER / 2 {
+                            Some(stopping)
+                        } else if i == PER_ADDER * 3 / 4 {
+                            Some(stopped)
+                        } else {
+                            None
+                        };
+                        while wait_for.is_some_and(|flag| !flag.load(Ordering::SeqCst)) {
+                            thread::yield_now();
                         }
                         let id = t * PER_ADDER + i;
                         // Already expired, due within a few ms, or a minute out.
@@ -736,6 +750,7 @@ fn stop_racing_adds_cancels_and_drivers_ends_every_task_exactly_one_way() {
             stopping.store(true, Ordering::SeqCst);
             let handed_back = timer.stop();
             let runs_at_stop = slots.total_runs();
+            stopped.store(true, Ordering::SeqCst);
             done.store(true, Ordering::SeqCst);
             (handed_back, runs_at_stop)
         });
