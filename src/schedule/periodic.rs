@@ -41,9 +41,10 @@ use crate::timer::Timer;
 ///
 /// The period is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
 /// [`IntoDelayMs`]). Ticks are due at the instant of this call plus whole periods, on the
-/// timer's clock; a run that starts a whole period or more late has missed ticks, and
-/// `missed` says what follows (see [`MissedTicks`]: `Burst` catches up, `Delay` and `Skip`
-/// do not). A run never overlaps the previous one, also on an executor of several threads
+/// timer's clock; a run that starts more than 5 ms late (the first one too) has missed its
+/// tick, and `missed` says when the next one is due (see [`MissedTicks`]: tokio's rule;
+/// `Burst` catches up, `Delay` and `Skip` do not). A run never overlaps the previous one,
+/// also on an executor of several threads
 /// ([`executor_threads`](crate::SystemTimerBuilder::executor_threads)): a run that takes
 /// longer than the period delays the next tick, which is then a missed one.
 ///

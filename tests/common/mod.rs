@@ -1,8 +1,8 @@
 //! Helpers shared by the integration-test binaries (`mod common;` in each), one module per
 //! concern:
 //!
-//! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`], and
-//!   [`panic_location`] for `#[track_caller]` checks;
+//! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`],
+//!   [`panic_location`] for `#[track_caller]` checks, and [`drive_mock_until`];
 //! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
 //! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use timingwheel::TimerTask;
+use timingwheel::{MockTimer, Timer, TimerTask};
 
 /// How long a test waits for something that should happen soon before it counts it as lost
 /// (or deadlocked): loose, for a busy 2-core machine.
@@ -85,4 +85,18 @@ pub(crate) fn panic_location<T>(needle: &'static str, f: impl FnOnce() -> T) -> 
     std::panic::set_hook(previous);
     assert!(result.is_err(), "it did not panic");
     location.lock().unwrap().take()
+}
+
+/// Drives a `MockTimer` one millisecond at a time until `until_ms` after `start`, running
+/// what is due at each step (also what came due during a run that moved the clock).
+pub(crate) fn drive_mock_until(timer: &MockTimer, start: i64, until_ms: i64) {
+    loop {
+        if timer.advance_clock(0) {
+            continue;
+        }
+        if timer.time().hi_res_clock_ms() - start >= until_ms {
+            return;
+        }
+        timer.advance_clock(1);
+    }
 }
