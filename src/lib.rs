@@ -156,7 +156,7 @@ mod timer;
 mod wheel;
 
 pub use crossbeam_channel;
-pub use future::{Elapsed, Interval, Sleep, timeout};
+pub use future::{Elapsed, Interval, Sleep, Timeout, timeout};
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
 pub use purgatory::{

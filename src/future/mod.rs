@@ -32,4 +32,4 @@ mod timeout;
 
 pub use interval::Interval;
 pub use sleep::Sleep;
-pub use timeout::{Elapsed, timeout};
+pub use timeout::{Elapsed, Timeout, timeout};
