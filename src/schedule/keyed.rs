@@ -426,6 +426,10 @@ impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
         // key if it is still this task's.
         self.remove_if_current(&key, id);
     }
+
+    fn task_name(&self, (_key, task): &(K, Box<dyn TimerTask>)) -> &'static str {
+        task.name()
+    }
 }
 
 impl<K> Drop for KeyedTimer<K> {

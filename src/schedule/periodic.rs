@@ -96,6 +96,7 @@ pub fn schedule_periodic(
     let schedule = Arc::new(Schedule {
         period_ms,
         missed,
+        run_name: std::any::type_name_of_val(&run),
         runs: AtomicU64::new(0),
         idle: Condvar::new(),
         state: Mutex::new(State {
@@ -255,6 +256,8 @@ impl fmt::Debug for PeriodicHandle {
 struct Schedule {
     period_ms: i64,
     missed: MissedTicks,
+    /// The type name of the closure: the name of every tick's task in logs.
+    run_name: &'static str,
     /// Runs completed.
     runs: AtomicU64,
     /// Signalled when `running` goes back to `None`.
@@ -323,6 +326,10 @@ impl TokenOwner for Schedule {
 
     fn dropped(self: Arc<Self>, generation: u64, (): ()) {
         self.on_dropped(generation);
+    }
+
+    fn task_name(&self, (): &()) -> &'static str {
+        self.run_name
     }
 }
 
