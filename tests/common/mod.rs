@@ -3,6 +3,7 @@
 //!
 //! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`],
 //!   [`panic_location`] for `#[track_caller]` checks, and [`drive_mock_until`];
+//! - [`bounds`]: when each task may run at the earliest on the real clock, and when it ran;
 //! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
 //! - [`logger`]: the one capturing logger (the `error!` records of a test binary);
 //! - [`probe`]: `Probe`, a purgatory operation that records its callbacks;
@@ -14,6 +15,7 @@
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub(crate) mod bounds;
 pub(crate) mod ledger;
 pub(crate) mod logger;
 pub(crate) mod probe;
