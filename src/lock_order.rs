@@ -61,6 +61,9 @@
 //!      it is released.
 //!    - the channel of a `send_task` task (`schedule::send_task`): its `run` sends on an
 //!      executor thread (or in `MockTimer::advance_clock`), and its drop drops the sender.
+//!    - a `WorkerTimer`'s relay queue, a `crossbeam-channel` (`future::worker`, feature
+//!      `tokio`): a relayed task's `run` sends on the executor thread, and the relay task
+//!      receives on a runtime's worker and runs what it received with no lock held.
 //!    - metrics (`metrics`): the crate holds no lock of its own there; the recorder's
 //!      handles are set after each `advance_clock` step and at shutdown.
 //!

@@ -434,7 +434,7 @@ impl Drop for Finished<'_> {
 
 /// Runs one task after `starting` (which may call the task's code, as `name`), catching and
 /// logging a panic of either; never unwinds.
-fn run_task(task: Box<dyn TimerTask>, starting: impl FnOnce(&dyn TimerTask)) {
+pub(crate) fn run_task(task: Box<dyn TimerTask>, starting: impl FnOnce(&dyn TimerTask)) {
     let run = || {
         starting(&*task);
         task.run();
