@@ -77,8 +77,11 @@ pin_project_lite::pin_project! {
     /// The future [`timeout`] returns: `future`'s output, or [`Elapsed`] once its deadline
     /// passed first.
     ///
-    /// `Unpin` when `F` is, `Send` when `F` is, `Sync` when `F` is. Polling it after it
-    /// completed panics.
+    /// `Unpin` when `F` is, `Send` when `F` is, `Sync` when `F` is.
+    ///
+    /// # Panics
+    ///
+    /// Polling it again after it completed panics, as an `async fn`'s future does.
     ///
     /// # Examples
     ///

@@ -21,7 +21,9 @@
 //! - The relay task runs the tasks as the executor would, panics caught and logged, and
 //!   yields to the runtime every [`BATCH`] tasks. It ends when the last [`WorkerTimer`] and
 //!   relayed task are gone (the socket's write end closes), after running what is queued.
-//!   If the runtime shut down first, a relayed task runs on the executor thread instead.
+//!   If the runtime shut down first, a relayed task runs on the executor thread instead
+//!   (one relayed in the instant the runtime drops the relay task is dropped unrun, as a
+//!   runtime drops its queued tasks).
 //! - No lock of this module is held while a task runs (see `crate::lock_order`: the queue
 //!   is a leaf).
 //!
@@ -91,6 +93,11 @@ struct Relay {
     signaled: Arc<AtomicBool>,
     /// The write end of the socket the relay task waits on; non-blocking.
     wake: UnixStream,
+    /// A second handle to the relay task's end, so that a write never meets a closed peer
+    /// (no `EPIPE`, no `SIGPIPE` where a program did not ignore it) once the runtime
+    /// dropped the relay task. The relay task still sees the end of the stream when `wake`
+    /// closes.
+    _peer: UnixStream,
 }
 
 impl WorkerTimer {
@@ -111,11 +118,26 @@ impl WorkerTimer {
         WorkerTimer::with_handle(timer, &runtime)
     }
 
-    /// Wraps `timer`, spawning the relay task on `runtime` (see [`new`](Self::new)).
+    /// Wraps `timer`, spawning the relay task on `runtime` (see [`new`](Self::new)), from
+    /// any thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Sleep, SystemTimer, SystemTimerReaper, Timer, WorkerTimer};
+    ///
+    /// let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    /// let reaper = Arc::new(SystemTimerReaper::new("reaper", SystemTimer::new("sleeps")));
+    /// let timer: Arc<dyn Timer> = Arc::new(WorkerTimer::with_handle(reaper.clone(), runtime.handle()));
+    /// runtime.block_on(Sleep::new(timer, 1));
+    /// reaper.close();
+    /// ```
     ///
     /// # Panics
     ///
     /// Panics if `runtime` has no I/O driver (tokio's own panic).
+    #[track_caller]
     pub fn with_handle(timer: impl Timer + 'static, runtime: &tokio::runtime::Handle) -> Self {
         let relay = match Relay::spawn(runtime) {
             Ok(relay) => Some(Arc::new(relay)),
@@ -151,6 +173,7 @@ impl Relay {
         let (wake, wait) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         wait.set_nonblocking(true)?;
+        let peer = wait.try_clone()?;
         let wait = {
             let _inside = runtime.enter();
             tokio::net::UnixStream::from_std(wait)?
@@ -162,6 +185,7 @@ impl Relay {
             queue,
             signaled,
             wake,
+            _peer: peer,
         })
     }
 
