@@ -3,10 +3,11 @@
 //!
 //! 1,000 tasks sleep 10 ms in a loop on a 2-worker multi-thread runtime; each wake's
 //! lateness is its resumption minus the sleep's creation plus 10 ms. With the burst, another
-//! task spawns 100,000 short tasks every 50 ms (a request fan-out; each does about 0.3 µs of
-//! work, `TIMINGWHEEL_WAKES_WORK=0` for none), which overflows the spawning worker's local
-//! queue into the runtime's global queue, where a wake from outside the runtime waits
-//! behind them. (With no work the 2-core machine drains them too fast for that to show.) Each case runs in a child
+//! task spawns 100,000 short tasks every 50 ms (a request fan-out; each does about 0.1 µs of
+//! work, `TIMINGWHEEL_WAKES_WORK=steps` to change it), which overflows the spawning worker's
+//! local queue into the runtime's global queue, where a wake from outside the runtime waits
+//! behind them. (With no work the 2-core machine drains them too fast for that to show;
+//! with 300 steps the runtime is overloaded and every kind falls behind.) Each case runs in a child
 //! process of its own, the kinds alternating, for a few seconds after a warm-up; the table
 //! gives every run's median and p99, and the ratios to tokio's run beside it.
 //!
@@ -41,7 +42,7 @@ const BURST_TASKS: usize = 100_000;
 const BURST_EVERY: Duration = Duration::from_millis(50);
 const WORKERS: usize = 2;
 /// Steps of [`short_work`] per burst task.
-const BURST_WORK: u64 = 300;
+const BURST_WORK: u64 = 120;
 
 /// The kinds of sleep, as the table names them.
 const KINDS: [&str; 3] = ["tokio", "timingwheel", "timingwheel+worker"];
