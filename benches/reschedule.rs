@@ -19,8 +19,7 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -31,52 +30,12 @@ use tokio_util::time::delay_queue::Key;
 use common::{criterion_config, delays, median, quick, samples, task, tokio_runtime};
 use timingwheel::{SystemTimer, Timer, TimerTaskEntry};
 
-/// The system allocator, counting the allocations (not bytes) each thread makes.
-struct CountingCalls;
+// The counting allocator of the tests, one home for it (the benches are not published, so
+// they may reach into tests/).
+#[path = "../tests/common/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    /// Allocation calls (alloc, alloc_zeroed, realloc) made by this thread.
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    // `try_with`: the allocator may be called while this thread's locals are torn down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: every method forwards to `System` with its arguments unchanged, so it keeps
-// `GlobalAlloc`'s contract as `System` does; the per-thread count touches no heap memory
-// (a `const`-initialised `Cell` without destructor). Bench-only: the library itself stays
-// free of `unsafe`.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for CountingCalls {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded unchanged; `ptr` came from `System` with this `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; `ptr` came from `System` with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingCalls = CountingCalls;
+use counting_alloc::allocations;
 
 /// Delays cycle through a table of this many entries.
 const DELAY_TABLE: usize = 1 << 16;

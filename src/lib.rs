@@ -53,7 +53,8 @@
 //! # Async code, periodic schedules, keyed timeouts
 //!
 //! [`Sleep`], [`timeout`] and [`Interval`] are futures on any `Arc<dyn Timer>`, for any
-//! async runtime (they need nothing but std's [`Waker`](std::task::Waker)).
+//! async runtime (they need nothing but std's [`Waker`](std::task::Waker)); with the cargo
+//! feature `tokio`, a `WorkerTimer` wakes them from a tokio worker, as tokio's timer does.
 //! [`schedule_periodic`] runs a closure every period on the executor; both follow a
 //! [`MissedTicks`] policy when they fall behind. [`KeyedTimer`] keeps one timeout per key,
 //! as Kafka's group coordinator keeps one session timeout per member, and [`send_task`]
@@ -157,7 +158,9 @@ mod timer;
 mod wheel;
 
 pub use crossbeam_channel;
-pub use future::{Elapsed, Interval, Sleep, timeout};
+#[cfg(all(feature = "tokio", unix))]
+pub use future::WorkerTimer;
+pub use future::{Elapsed, Interval, Sleep, Timeout, timeout};
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
 pub use purgatory::{

@@ -45,7 +45,9 @@
 //!      `close` and the executor's drop while they send the stop messages into the queue
 //!      and join the pool's threads. Its `buffers`: a flush chunk takes an empty batch
 //!      buffer before it locks its shard (a new one is an allocation), and the pool gives
-//!      buffers back under no lock.
+//!      buffers back under no lock. The table of its running tasks' names
+//!      (`threads::running`): taken by a pool thread that runs a task of a type it has not
+//!      run before, and by a `close` that gave up waiting, under no lock.
 //!    - the reapers' `stop` and `thread` mutexes (`threads::reaper`), never held together:
 //!      `stop` while the stop channel's sender is dropped, `thread` while the reaper thread
 //!      is joined. That thread's polls take the timer's locks, but never these two.
@@ -59,6 +61,9 @@
 //!      it is released.
 //!    - the channel of a `send_task` task (`schedule::send_task`): its `run` sends on an
 //!      executor thread (or in `MockTimer::advance_clock`), and its drop drops the sender.
+//!    - a `WorkerTimer`'s relay queue, a `crossbeam-channel` (`future::worker`, feature
+//!      `tokio`): a relayed task's `run` sends on the executor thread, and the relay task
+//!      receives on a runtime's worker and runs what it received with no lock held.
 //!    - metrics (`metrics`): the crate holds no lock of its own there; the recorder's
 //!      handles are set after each `advance_clock` step and at shutdown.
 //!

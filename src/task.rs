@@ -50,6 +50,62 @@ pub trait TimerTask: Send + 'static {
     /// Does the work. Called at most once, on the timer's executor thread, when the task
     /// expires. A panic here is caught and logged; the executor goes on with other tasks.
     fn run(self: Box<Self>);
+
+    /// Returns a name for the task in logs: by default its type's name
+    /// ([`std::any::type_name`]; for [`timer_task`], `FnTask<` and the closure's path `>`).
+    ///
+    /// A [`SystemTimer`](crate::SystemTimer) whose [`close`](crate::Timer::close) gave up
+    /// waiting for the tasks on its executor names the ones still running with it. The
+    /// executor asks for it once per task, just before `run`: it should be cheap and must
+    /// not block.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, TimerTask};
+    ///
+    /// struct Flush;
+    /// impl TimerTask for Flush {
+    ///     fn delay_ms(&self) -> i64 {
+    ///         1_000
+    ///     }
+    ///     fn run(self: Box<Self>) {}
+    /// }
+    ///
+    /// assert!(Flush.name().ends_with("::Flush"));
+    /// assert!(timer_task(10, || {}).name().starts_with("timingwheel::task::FnTask<"));
+    /// ```
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+}
+
+/// Prints the task's [`name`](TimerTask::name) and [`delay_ms`](TimerTask::delay_ms), so
+/// that a struct holding a `Box<dyn TimerTask>` can derive `Debug`.
+///
+/// # Examples
+///
+/// ```
+/// use timingwheel::{timer_task, TimerTask};
+///
+/// #[derive(Debug)]
+/// struct Retry {
+///     attempt: u32,
+///     task: Box<dyn TimerTask>,
+/// }
+///
+/// let retry = Retry { attempt: 2, task: timer_task(250, || {}) };
+/// let printed = format!("{retry:?}");
+/// assert!(printed.starts_with("Retry { attempt: 2, task: TimerTask { name: \"timingwheel::task::FnTask<"));
+/// assert!(printed.ends_with("delay_ms: 250 } }"));
+/// ```
+impl fmt::Debug for dyn TimerTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerTask")
+            .field("name", &self.name())
+            .field("delay_ms", &self.delay_ms())
+            .finish()
+    }
 }
 
 /// Creates a task that calls `f` once, `delay` after it is added to a timer.

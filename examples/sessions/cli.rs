@@ -46,7 +46,7 @@ pub(crate) type Command = super::common::Command<Config>;
 
 pub(crate) const USAGE: &str = "\
 Simulates a group coordinator's member sessions: every member heartbeats, and each
-heartbeat starts its session timeout again (KeyedTimer::schedule under the member's id);
+heartbeat starts its session timeout again (KeyedTimer::reschedule of the member's id);
 the members that stop heartbeating expire once, as messages (send_task) to worker threads.
 
 Usage: sessions [OPTIONS]

@@ -1,9 +1,9 @@
 //! A group coordinator's member sessions, the way Kafka's group coordinator keeps them.
 //!
 //! Every member of a consumer group heartbeats every 3 s; each heartbeat starts the
-//! member's 10 s session timeout again: `sessions.schedule(member, ...)` on a
-//! [`KeyedTimer`], which replaces the timeout scheduled under the member's id, so that the
-//! old one never fires. 1 % of the members stop heartbeating (after joining, or after one
+//! member's 10 s session timeout again: `sessions.reschedule(&member, ...)` on a
+//! [`KeyedTimer`] moves the timeout scheduled under the member's id (its join scheduled
+//! it with `sessions.schedule`), so that it fires only 10 s after the last heartbeat. 1 % of the members stop heartbeating (after joining, or after one
 //! or two heartbeats); their sessions expire, each exactly once, about a tick after its
 //! deadline. An expiry is a message ([`send_task`] into a `crossbeam-channel`) that one of
 //! 4 worker threads takes and handles, as the coordinator would remove the member and
@@ -65,8 +65,8 @@ fn heartbeats_end_ms(config: &Config) -> u64 {
 }
 
 /// Sends the heartbeats on schedule until `end_ms`: each member at its own offset in every
-/// interval, its first one being its join. A heartbeat schedules the member's session
-/// timeout, replacing the one it had.
+/// interval, its first one being its join. A heartbeat moves the member's session timeout;
+/// the join, or a heartbeat that finds no timeout to move (it expired), schedules one.
 fn heartbeat(
     config: &Config,
     group: &Group,
@@ -96,8 +96,11 @@ fn heartbeat(
                 }
                 let at_us = start.elapsed().as_micros() as u64;
                 group.last_beat_us[member as usize].store(at_us, Ordering::Release);
-                // The session timeout starts again; the one it replaces never fires.
-                sessions.schedule(member, send_task(timeout_ms, expired.clone(), member));
+                // The session timeout starts again: the same task, moved; a join (or a
+                // session that expired meanwhile) gets a new one.
+                if !sessions.reschedule(&member, timeout_ms) {
+                    sessions.schedule(member, send_task(timeout_ms, expired.clone(), member));
+                }
                 stats.beats += 1;
             }
             next_ms += 1;

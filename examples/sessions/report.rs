@@ -11,7 +11,8 @@ use super::group::Group;
 /// What the heartbeating thread measured.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct BeatStats {
-    /// Heartbeats sent, joins included: one `KeyedTimer::schedule` each.
+    /// Heartbeats sent, joins included: one `KeyedTimer::reschedule` each (and a
+    /// `schedule` for a join).
     pub(crate) beats: u64,
     /// Time spent sending them (making the task and scheduling it), summed.
     pub(crate) schedule_time: Duration,
@@ -166,8 +167,8 @@ impl Report {
         let _ = writeln!(w, "{}count  rate", " ".repeat(32 + 1 + 12 - 5));
         let _ = writeln!(
             w,
-            "{:<32} {:>12}  {:.2} M/s ({:.0} ns per heartbeat, incl. making its task)",
-            "heartbeats (KeyedTimer::schedule)",
+            "{:<32} {:>12}  {:.2} M/s ({:.0} ns per heartbeat, joins' new tasks included)",
+            "heartbeats (KeyedTimer::reschedule)",
             group(beats.beats),
             beats.beats as f64 / beats.schedule_time.as_secs_f64().max(1e-9) / 1e6,
             beats.schedule_time.as_nanos() as f64 / beats.beats.max(1) as f64

@@ -15,10 +15,10 @@ use crate::timer::Timer;
 /// futures counterpart of [`schedule_periodic`](crate::schedule_periodic).
 ///
 /// Each [`tick`](Interval::tick) returns the time the tick was scheduled for, on the
-/// timer's clock: the instant of creation, then one period after another. When the caller
-/// falls a whole period or more behind, [`MissedTicks`] decides what follows (see there;
-/// tokio's `Interval` behaves the same way). One [`Sleep`] serves every tick: its task is
-/// moved from tick to tick, and dropping the `Interval` cancels it.
+/// timer's clock: the instant of creation, then one period after another. When a tick is
+/// taken more than 5 ms late (the first one too), [`MissedTicks`] decides when the next one
+/// is due (see there; the rule and the arithmetic are tokio's). One [`Sleep`] serves every
+/// tick: its task is moved from tick to tick, and dropping the `Interval` cancels it.
 ///
 /// On a timer that cannot keep the deadline (closed, or full), every tick completes at
 /// once, as a [`Sleep`] does; a loop that ticks should also watch for its own shutdown.
@@ -52,7 +52,7 @@ pub struct Interval {
     sleep: Sleep,
     /// The time the next tick is scheduled for.
     next_tick_ms: i64,
-    /// The first tick has not been returned yet: it is due at once.
+    /// The first tick has not been returned yet: it is due at once (at `next_tick_ms`).
     first: bool,
     period_ms: i64,
     missed: MissedTicks,
@@ -160,13 +160,9 @@ impl Interval {
     /// );
     /// ```
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<i64> {
-        if self.first {
-            self.first = false;
-            let tick_ms = self.next_tick_ms;
-            self.next_tick_ms = tick_ms.saturating_add(self.period_ms);
-            return Poll::Ready(tick_ms);
-        }
-        if Pin::new(&mut self.sleep).poll(cx).is_pending() {
+        // The first tick is due at creation: no need to ask the sleep, which is due a
+        // period later.
+        if !std::mem::take(&mut self.first) && Pin::new(&mut self.sleep).poll(cx).is_pending() {
             return Poll::Pending;
         }
         // Everything changes within this call, before it returns `Ready`: a `tick()`

@@ -5,6 +5,12 @@
 //! task lives on (tokio's current-thread or multi-thread scheduler, smol, async-std,
 //! `futures::executor`). No runtime is a dependency of this crate.
 //!
+//! A wake from the executor thread is a wake from outside the runtime: tokio queues the
+//! woken task in its global queue, behind a burst of spawned tasks that overflowed a
+//! worker's local queue. With the cargo feature `tokio`, `WorkerTimer` wraps a timer so
+//! that its expired tasks, and so the wakes, run on a worker of the runtime, which queues
+//! the woken task locally, as tokio's own timer does (module `worker`).
+//!
 //! # Ground rules
 //!
 //! - A [`Sleep`] owns one timer task at a time, a token task (`schedule::token`) that
@@ -29,7 +35,11 @@
 mod interval;
 mod sleep;
 mod timeout;
+#[cfg(all(feature = "tokio", unix))]
+mod worker;
 
 pub use interval::Interval;
 pub use sleep::Sleep;
-pub use timeout::{Elapsed, timeout};
+pub use timeout::{Elapsed, Timeout, timeout};
+#[cfg(all(feature = "tokio", unix))]
+pub use worker::WorkerTimer;

@@ -91,6 +91,10 @@ impl TokenOwner for Shared {
     fn dropped(self: Arc<Self>, deadline: u64, (): ()) {
         self.fire(deadline);
     }
+
+    fn task_name(&self, (): &()) -> &'static str {
+        "timingwheel::Sleep"
+    }
 }
 
 impl Shared {

@@ -3,19 +3,27 @@
 //!
 //! # Ground rules
 //!
-//! - The scheduled keys live in [`SHARDS`] maps, each behind its own mutex, a key's shard
-//!   chosen by its hash. A map holds, per key, the *slot* of the one task that counts for
-//!   that key: an id unique to that scheduling (from `next_id`) and the handle of its timer
-//!   entry, `None` while the `add` that makes it has not returned yet.
+//! - The scheduled keys live in [`SHARDS`] maps, each behind its own mutex. A key is hashed
+//!   once per operation: the hash picks its shard and its place in the shard's table, and
+//!   its token task carries it, so that the task finds the key again without hashing. A map
+//!   holds, per key, the *slot* of the one task that counts for that key: an id unique to
+//!   that scheduling (from `next_id`) and where its timer entry lives, `None` while the
+//!   `add` that makes it has not returned yet (or if the task never entered the timer's
+//!   store: handed to the executor inside `add`, or refused).
 //! - The timer holds a token task per scheduling (`schedule::token`), whose token is the
-//!   scheduling's id and whose payload is the key and the user's task. When the timer
-//!   runs it, it first *claims* its slot: under the shard's lock, it removes the slot if
-//!   the slot still has its id (Kafka's `tasks.remove(key, this)`), and only then runs the
-//!   user's task. A wrapper whose slot was replaced or removed drops the user's task unrun. So the map decides, under one
-//!   lock, between a `schedule`/`cancel` and an expiry: if `schedule` or `cancel` removed
-//!   the slot first, the task never runs, even if the timer had already handed the wrapper
-//!   to its executor; if the expiry claimed it first, `schedule` found no slot to replace
-//!   and `cancel` returns false.
+//!   scheduling's id and whose payload is the key, its hash and the user's task. When the
+//!   timer runs it, it first *claims* its slot: under the shard's lock, it removes the slot
+//!   if the slot still has its id (Kafka's `tasks.remove(key, this)`), and only then runs
+//!   the user's task. A wrapper whose slot was replaced or removed drops the user's task
+//!   unrun. So the map decides, under one lock, between a `schedule`/`cancel` and an
+//!   expiry: if `schedule` or `cancel` removed the slot first, the task never runs, even if
+//!   the timer had already handed the wrapper to its executor; if the expiry claimed it
+//!   first, `schedule` found no slot to replace and `cancel` returns false.
+//! - `reschedule` reads the slot's entry under the lock and moves it with
+//!   [`Timer::reschedule`] once the lock is released, through a handle made from the
+//!   entry's place (the timer's entry decides, under the timer's lock, between the move and
+//!   an expiry or cancel: exactly one wins). A slot whose `add` has not returned has no
+//!   entry to move: the reschedule returns false.
 //! - A replaced or cancelled task is dropped promptly: its entry is cancelled (the timer
 //!   drops the wrapper inside that call). If its entry was not recorded yet, the thread
 //!   that is adding it finds, once `add` returns, that its slot is gone, and cancels the
@@ -25,22 +33,24 @@
 //!   closed) removes its slot if the slot is still its own, so that `len` and
 //!   `is_scheduled` forget tasks that will never run.
 //! - `len` counts slots; it changes only under the lock of the shard it counts for.
-//! - Lock order (see `crate::lock_order`): a shard's mutex is a leaf. No timer call, no task's code (`run`,
-//!   `delay_ms`, `Drop`) and no drop of a handle happens while one is held; of the
-//!   caller's code only the key's `Hash`, `Eq`, `Clone` and `Drop` run under it.
+//! - Lock order (see `crate::lock_order`): a shard's mutex is a leaf. No timer call, no
+//!   task's code (`run`, `delay_ms`, `Drop`) and no drop of a handle happens while one is
+//!   held; of the caller's code only the key's `Hash`, `Eq`, `Clone` and `Drop` run under
+//!   it.
 
-use std::collections::HashMap;
-use std::collections::hash_map::{Entry, RandomState};
+use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use parking_lot::Mutex;
 
 use super::token::{TokenOwner, TokenTask};
-use crate::store::TimerTaskEntry;
-use crate::task::TimerTask;
+use crate::store::{EntryKey, Shard, TimerTaskEntry};
+use crate::task::{IntoDelayMs, TimerTask};
 use crate::timer::Timer;
 
 /// Maps per keyed timer: threads that schedule different keys seldom wait for each other.
@@ -113,8 +123,8 @@ pub struct KeyedTimer<K> {
 /// What the keyed timer and its wrappers in the timer share.
 struct Shared<K> {
     /// The slots by key, in [`SHARDS`] maps each behind its own lock.
-    shards: Box<[Mutex<HashMap<K, Slot>>]>,
-    /// Picks a key's shard.
+    shards: Box<[Mutex<Map<K>>]>,
+    /// Hashes the keys, once per operation (see the ground rules).
     hasher: RandomState,
     /// Slots in all shards; changed under the lock of the shard that changed.
     len: AtomicUsize,
@@ -122,12 +132,43 @@ struct Shared<K> {
     next_id: AtomicU64,
 }
 
-/// The task that counts for a key.
+/// One shard's slots, by key.
+type Map<K> = HashTable<(K, Slot)>;
+
+/// The task that counts for a key: 24 bytes, so that a map of a million sessions stays
+/// small.
 struct Slot {
     /// Which scheduling it is: the wrapper in the timer with this id may run.
     id: u64,
-    /// Its timer entry, once `add` returned.
-    entry: Option<TimerTaskEntry>,
+    /// Where its timer entry lives, once `add` returned it in a store.
+    entry: Option<Place>,
+}
+
+/// Where a timer entry lives: the handle's location without its expiration, which the
+/// keyed timer never reads (see [`Place::handle`]).
+#[derive(Clone, Copy)]
+struct Place {
+    shard: &'static Shard,
+    key: EntryKey,
+}
+
+impl Place {
+    /// The place of `entry`, if its task entered a timer's store (not if `add` handed it
+    /// to the executor at once, or refused it: there is nothing to cancel or move then).
+    fn of(entry: &TimerTaskEntry) -> Option<Place> {
+        entry.location().map(|(shard, key)| Place { shard, key })
+    }
+
+    /// A handle to the entry, to cancel or move it with once the map's lock is released.
+    ///
+    /// A second handle made from the entry's place, not a clone of the one `add` returned
+    /// (a clone registers with the shard under its lock): sound because a keyed timer
+    /// never clones its entries, so no clone record needs to hear of a move. Its
+    /// `expiration_ms` is not known here; `cancel` and the timers' `reschedule` do not read
+    /// it, and the handle is dropped when the call returns.
+    fn handle(self) -> TimerTaskEntry {
+        TimerTaskEntry::pending(self.shard, self.key, 0)
+    }
 }
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
@@ -146,7 +187,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         KeyedTimer {
             timer,
             shared: Arc::new(Shared {
-                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
                 hasher: RandomState::new(),
                 len: AtomicUsize::new(0),
                 next_id: AtomicU64::new(0),
@@ -208,26 +249,90 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// ```
     pub fn schedule_replacing(&self, key: K, task: Box<dyn TimerTask>) -> bool {
         let id = self.shared.next_id();
+        let hash = self.shared.hash(&key);
         let replaced = {
-            let mut map = self.shared.shard(&key).lock();
-            match map.entry(key.clone()) {
+            let mut map = self.shared.shard(hash).lock();
+            match self.shared.entry(&mut map, hash, &key) {
                 Entry::Occupied(mut occupied) => Some(std::mem::replace(
-                    occupied.get_mut(),
+                    &mut occupied.get_mut().1,
                     Slot { id, entry: None },
                 )),
                 Entry::Vacant(vacant) => {
-                    vacant.insert(Slot { id, entry: None });
+                    vacant.insert((key.clone(), Slot { id, entry: None }));
                     self.shared.len.fetch_add(1, Ordering::Relaxed);
                     None
                 }
             }
         };
         let replaced_one = replaced.is_some();
-        if let Some(entry) = replaced.and_then(|slot| slot.entry) {
-            entry.cancel();
+        if let Some(place) = replaced.and_then(|slot| slot.entry) {
+            place.handle().cancel();
         }
-        self.add(key, id, task);
+        self.add(key, hash, id, task);
         replaced_one
+    }
+
+    /// Moves the task scheduled under `key` to `delay` from now, keeping the task: a
+    /// session's heartbeat (ZooKeeper's `touchSession`, Kafka's group and share-group
+    /// session timeouts). O(1) and allocation-free, through [`Timer::reschedule`].
+    ///
+    /// Returns true iff a task was scheduled under `key` and now waits for the new time
+    /// (or, for a delay <= 0, was handed to the timer's executor inside this call, as
+    /// [`Timer::reschedule`] does; a `MockTimer` runs it inside the call). Returns false,
+    /// changing nothing, if none was: it ran, was handed to the executor, was cancelled,
+    /// replaced by a task that is not scheduled yet (see below), or never was.
+    ///
+    /// The delay is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
+    /// [`IntoDelayMs`]).
+    ///
+    /// # Concurrency
+    ///
+    /// Exactly-once holds whatever this races with, and a task it moved never runs before
+    /// the instant of this call plus `delay`. Against a concurrent `cancel` or `schedule`
+    /// of the same key it takes effect either before them (it moves the task they then
+    /// cancel or replace) or after them (false). A `schedule` of `key` that has not
+    /// returned yet, on another thread, is still adding its task to the timer: a
+    /// reschedule then returns false and its task keeps the delay it was scheduled with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::crossbeam_channel::unbounded;
+    /// use timingwheel::{send_task, KeyedTimer, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let sessions = KeyedTimer::new(timer.clone());
+    /// let (expired_tx, expired) = unbounded();
+    /// sessions.schedule("alice", send_task(10_000, expired_tx.clone(), "alice"));
+    /// timer.advance_clock(9_000);
+    /// assert!(sessions.reschedule(&"alice", 10_000), "a heartbeat: the same task, later");
+    /// timer.advance_clock(9_999);
+    /// assert!(expired.try_recv().is_err());
+    /// timer.advance_clock(1);
+    /// assert_eq!(expired.try_recv(), Ok("alice"));
+    /// assert!(!sessions.reschedule(&"alice", 10_000), "expired: nothing to move");
+    /// ```
+    pub fn reschedule(&self, key: &K, delay: impl IntoDelayMs) -> bool {
+        let delay_ms = delay.into_delay_ms();
+        let hash = self.shared.hash(key);
+        let place = {
+            let map = self.shared.shard(hash).lock();
+            match self
+                .shared
+                .find(&map, hash, key)
+                .and_then(|slot| slot.entry)
+            {
+                Some(place) => place,
+                // No task, or its `add` has not returned yet (see "Concurrency").
+                None => return false,
+            }
+        };
+        // The timer is called with no lock of ours held (a `MockTimer` runs a task due
+        // now inside the call, and its token claims the slot). A true result takes effect
+        // as of the read above: a cancel or replacement that removed the slot since then
+        // cancels the moved task once this returns (see "Concurrency").
+        self.timer.reschedule(&place.handle(), delay_ms)
     }
 
     /// Schedules `task` under `key` unless a task is scheduled under it; returns true iff
@@ -246,9 +351,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// ```
     pub fn schedule_if_absent(&self, key: K, task: Box<dyn TimerTask>) -> bool {
         let id = self.shared.next_id();
+        let hash = self.shared.hash(&key);
         {
-            let mut map = self.shared.shard(&key).lock();
-            match map.entry(key.clone()) {
+            let mut map = self.shared.shard(hash).lock();
+            match self.shared.entry(&mut map, hash, &key) {
                 Entry::Occupied(_) => {
                     drop(map);
                     // Dropped with no lock held: its `Drop` is the caller's code.
@@ -256,12 +362,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
                     return false;
                 }
                 Entry::Vacant(vacant) => {
-                    vacant.insert(Slot { id, entry: None });
+                    vacant.insert((key.clone(), Slot { id, entry: None }));
                     self.shared.len.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        self.add(key, id, task);
+        self.add(key, hash, id, task);
         true
     }
 
@@ -285,19 +391,14 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(timer.size(), 0, "its timer entry is gone too");
     /// ```
     pub fn cancel(&self, key: &K) -> bool {
-        let removed = {
-            let mut map = self.shared.shard(key).lock();
-            let removed = map.remove(key);
-            if removed.is_some() {
-                self.shared.len.fetch_sub(1, Ordering::Relaxed);
-            }
-            removed
-        };
+        let hash = self.shared.hash(key);
+        let removed = self.shared.remove(hash, key, |_| true);
         match removed {
-            Some(slot) => {
-                if let Some(entry) = slot.entry {
-                    entry.cancel();
+            Some((_key, slot)) => {
+                if let Some(place) = slot.entry {
+                    place.handle().cancel();
                 }
+                // The key is dropped here, with no lock held.
                 true
             }
             None => false,
@@ -321,7 +422,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.is_scheduled(&"a"), "it ran");
     /// ```
     pub fn is_scheduled(&self, key: &K) -> bool {
-        self.shared.shard(key).lock().contains_key(key)
+        let hash = self.shared.hash(key);
+        let map = self.shared.shard(hash).lock();
+        self.shared.find(&map, hash, key).is_some()
     }
 
     /// Returns the number of keys with a scheduled task (see
@@ -361,85 +464,128 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         self.len() == 0
     }
 
-    /// Adds the wrapper of scheduling `id` of `key` to the timer, and records its entry in
-    /// the slot, unless the slot was replaced or removed meanwhile: then cancels the entry.
-    fn add(&self, key: K, id: u64, task: Box<dyn TimerTask>) {
+    /// Adds the wrapper of scheduling `id` of `key` (whose hash is `hash`) to the timer,
+    /// and records its entry in the slot, unless the slot was replaced or removed
+    /// meanwhile: then cancels the entry.
+    fn add(&self, key: K, hash: u64, id: u64, task: Box<dyn TimerTask>) {
         let delay_ms = task.delay_ms();
-        let wrapper = TokenTask::boxed(Arc::clone(&self.shared), id, delay_ms, (key.clone(), task));
+        let payload = Payload {
+            key: key.clone(),
+            hash,
+            task,
+        };
+        let wrapper = TokenTask::boxed(Arc::clone(&self.shared), id, delay_ms, payload);
         let entry = self.timer.add(wrapper);
-        let mut map = self.shared.shard(&key).lock();
-        match map.get_mut(&key) {
-            Some(slot) if slot.id == id => slot.entry = Some(entry),
-            _ => {
-                drop(map);
-                // Replaced or cancelled while `add` ran (or it already ran, or a closed
-                // timer refused it, and then this does nothing): drop it now.
-                entry.cancel();
+        let recorded = {
+            let mut map = self.shared.shard(hash).lock();
+            match self.shared.find_mut(&mut map, hash, &key) {
+                Some(slot) if slot.id == id => {
+                    slot.entry = Place::of(&entry);
+                    true
+                }
+                _ => false,
             }
+        };
+        if !recorded {
+            // Replaced or cancelled while `add` ran (or it already ran, or a closed timer
+            // refused it, and then this does nothing): drop it now.
+            entry.cancel();
         }
     }
 }
 
+/// What a keyed timer's token task carries besides its id.
+struct Payload<K> {
+    key: K,
+    /// The key's hash, so that the task finds its slot without hashing the key again.
+    hash: u64,
+    task: Box<dyn TimerTask>,
+}
+
 impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
-    fn shard(&self, key: &K) -> &Mutex<HashMap<K, Slot>> {
-        // The high bits: the maps' own hashers pick buckets by the low ones (of other
-        // hashes, but there is no harm in keeping them apart).
-        let hash = self.hasher.hash_one(key);
+    fn hash(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a key hashed to `hash`: bits the tables do not use for themselves (they
+    /// take a bucket from the low bits and a tag from the top seven).
+    fn shard(&self, hash: u64) -> &Mutex<Map<K>> {
         &self.shards[(hash >> 32) as usize % SHARDS]
+    }
+
+    fn find<'m>(&self, map: &'m Map<K>, hash: u64, key: &K) -> Option<&'m Slot> {
+        map.find(hash, |(k, _)| k == key).map(|(_, slot)| slot)
+    }
+
+    fn find_mut<'m>(&self, map: &'m mut Map<K>, hash: u64, key: &K) -> Option<&'m mut Slot> {
+        map.find_mut(hash, |(k, _)| k == key).map(|(_, slot)| slot)
+    }
+
+    fn entry<'m>(&self, map: &'m mut Map<K>, hash: u64, key: &K) -> Entry<'m, (K, Slot)> {
+        map.entry(hash, |(k, _)| k == key, |(k, _)| self.hasher.hash_one(k))
     }
 
     fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Removes the slot of `key` (hashed to `hash`) if `which` says so of it; returns it.
+    /// The caller drops it with no lock held.
+    fn remove(&self, hash: u64, key: &K, which: impl FnOnce(&Slot) -> bool) -> Option<(K, Slot)> {
+        let mut map = self.shard(hash).lock();
+        let found = map.find_entry(hash, |(k, _)| k == key).ok()?;
+        if !which(&found.get().1) {
+            return None;
+        }
+        let (removed, _) = found.remove();
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        Some(removed)
+    }
+
     /// Removes the slot of `key` if it is scheduling `id`'s; returns whether it was.
-    fn remove_if_current(&self, key: &K, id: u64) -> bool {
-        let removed = {
-            let mut map = self.shard(key).lock();
-            match map.get(key) {
-                Some(slot) if slot.id == id => {
-                    self.len.fetch_sub(1, Ordering::Relaxed);
-                    map.remove(key)
-                }
-                _ => None,
-            }
-        };
-        // Its handle is dropped here, with no lock held.
-        removed.is_some()
+    fn remove_if_current(&self, hash: u64, key: &K, id: u64) -> bool {
+        // The removed key is dropped with no lock held.
+        self.remove(hash, key, |slot| slot.id == id).is_some()
     }
 }
 
 /// A keyed timer's token task: runs the user's task only if it is still the one scheduled
 /// under its key (see the module's ground rules).
 impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
-    type Payload = (K, Box<dyn TimerTask>);
+    type Payload = Payload<K>;
 
-    fn expired(self: Arc<Self>, id: u64, (key, task): (K, Box<dyn TimerTask>)) {
-        if self.remove_if_current(&key, id) {
-            task.run();
+    fn expired(self: Arc<Self>, id: u64, payload: Payload<K>) {
+        if self.remove_if_current(payload.hash, &payload.key, id) {
+            payload.task.run();
         }
-        // Otherwise replaced or cancelled: `task` is dropped here, unrun.
+        // Otherwise replaced or cancelled: the task is dropped here, unrun.
     }
 
-    fn dropped(self: Arc<Self>, id: u64, (key, _task): (K, Box<dyn TimerTask>)) {
+    fn dropped(self: Arc<Self>, id: u64, payload: Payload<K>) {
         // Dropped unrun by the timer (closed, stopped, refused) or by a cancel: forget the
         // key if it is still this task's.
-        self.remove_if_current(&key, id);
+        self.remove_if_current(payload.hash, &payload.key, id);
+    }
+
+    fn task_name(&self, payload: &Payload<K>) -> &'static str {
+        payload.task.name()
     }
 }
 
 impl<K> Drop for KeyedTimer<K> {
     fn drop(&mut self) {
-        let mut entries = Vec::new();
+        let mut slots = Vec::new();
         for shard in self.shared.shards.iter() {
             let mut map = shard.lock();
             self.shared.len.fetch_sub(map.len(), Ordering::Relaxed);
-            entries.extend(map.drain().filter_map(|(_, slot)| slot.entry));
+            slots.extend(map.drain());
         }
-        // Cancelled with no lock held: each cancel drops a task (the caller's code). The
-        // wrappers' own drops then find their slots gone.
-        for entry in entries {
-            entry.cancel();
+        // Cancelled with no lock held: each cancel drops a task (the caller's code), and
+        // so does each key's drop. The wrappers' own drops then find their slots gone.
+        for (_key, slot) in slots {
+            if let Some(place) = slot.entry {
+                place.handle().cancel();
+            }
         }
     }
 }

@@ -22,21 +22,26 @@ use crate::timer::Timer;
 
 /// What a periodic schedule does about ticks it missed (tokio's `MissedTickBehavior`).
 ///
-/// A tick is *missed* when the tick after it is already due by the time it runs (or, for
-/// an [`Interval`](crate::Interval), by the time it is observed): the schedule fell at least
-/// one whole period behind, because a run took longer than the period, the caller polled
-/// late, or the process stalled. A tick that is late by less than a period misses nothing,
-/// and the schedule goes on from its original times under every policy, so that the
-/// wheel's own lateness (a millisecond or so) never makes a schedule drift.
+/// As in tokio, a tick is *missed* when it is taken more than 5 ms after the time it was
+/// scheduled for, even by less than a period, and the first tick too: a run of
+/// [`schedule_periodic`](crate::schedule_periodic) that starts late, or an
+/// [`Interval`](crate::Interval) tick observed late (the caller polled late, a run took
+/// longer than the period, the process stalled). The policy then says when the next tick
+/// is due. A tick taken at most 5 ms late keeps the schedule under every policy, so that
+/// the wheel's own lateness (a millisecond or so) never makes a schedule drift.
 ///
 /// Take a period of 100 ms, ticks due at 100, 200, 300, ... and a stall that makes the tick
-/// due at 100 run at 350:
+/// due at 100 run at 350, or at 150:
 ///
-/// | policy | ticks run at | the ticks they report |
-/// |---|---|---|
-/// | `Burst` | 350, 350, 350, 400, 500 | 100, 200, 300, 400, 500 |
-/// | `Delay` | 350, 450, 550 | 100, 450, 550 |
-/// | `Skip` | 350, 400, 500 | 100, 400, 500 |
+/// | policy | taken at 350: ticks run at | the ticks they report | taken at 150: the next tick |
+/// |---|---|---|---|
+/// | `Burst` | 350, 350, 350, 400, 500 | 100, 200, 300, 400, 500 | 200 |
+/// | `Delay` | 350, 450, 550 | 100, 450, 550 | 250 |
+/// | `Skip` | 350, 400, 500 | 100, 400, 500 | 200 |
+///
+/// An [`Interval`](crate::Interval)'s first tick is due at once; taken 35 ms late with a
+/// period of 10 ms, `Delay` ticks next at 45 (and then 55), `Skip` at 40, and `Burst` at
+/// 10, 20 and 30 at once, then 40.
 ///
 /// # Examples
 ///
@@ -54,6 +59,21 @@ use crate::timer::Timer;
 /// assert_eq!((burst.runs(), skip.runs()), (4, 2));
 /// assert_eq!(MissedTicks::default(), MissedTicks::Burst);
 /// ```
+///
+/// A tick 50 ms late, by half a period:
+///
+/// ```
+/// use std::sync::Arc;
+/// use timingwheel::{schedule_periodic, MissedTicks, MockTimer, Timer};
+///
+/// let timer = Arc::new(MockTimer::new());
+/// let delay = schedule_periodic(timer.clone(), 100, MissedTicks::Delay, || {});
+/// timer.advance_clock(150); // tick 100 runs at 150: Delay's next is at 250
+/// timer.advance_clock(99);
+/// assert_eq!(delay.runs(), 1);
+/// timer.advance_clock(1);
+/// assert_eq!(delay.runs(), 2);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MissedTicks {
     /// Runs the missed ticks at once, one after another, then keeps the original schedule.
@@ -65,24 +85,35 @@ pub enum MissedTicks {
     Skip,
 }
 
+/// How late a tick may be taken and still count as on time, in milliseconds (tokio's 5 ms).
+pub(crate) const MISSED_AFTER_MS: i64 = 5;
+
 impl MissedTicks {
-    /// Returns the time of the tick that follows the one due at `tick_ms`, which runs at
-    /// `now_ms` (`>= tick_ms`), on a schedule of `period_ms` (`> 0`). Saturates.
+    /// Returns the time of the tick that follows the one due at `tick_ms`, which is taken
+    /// at `now_ms` (`>= tick_ms`), on a schedule of `period_ms` (`> 0`). Saturates.
+    ///
+    /// tokio's `Interval::poll_tick` and `MissedTickBehavior::next_timeout`, in
+    /// milliseconds: on schedule unless taken more than [`MISSED_AFTER_MS`] late, else the
+    /// policy's.
     pub(crate) fn next_tick_ms(self, tick_ms: i64, now_ms: i64, period_ms: i64) -> i64 {
         debug_assert!(period_ms > 0);
         let on_schedule = tick_ms.saturating_add(period_ms);
-        if now_ms < on_schedule {
+        if now_ms <= tick_ms.saturating_add(MISSED_AFTER_MS) {
             return on_schedule;
         }
         match self {
             MissedTicks::Burst => on_schedule,
             MissedTicks::Delay => now_ms.saturating_add(period_ms),
             MissedTicks::Skip => {
-                // The first tick of the original schedule after `now_ms`, in i128 so that
-                // no step can overflow.
-                let behind = i128::from(now_ms) - i128::from(tick_ms);
-                let period = i128::from(period_ms);
-                let next = i128::from(tick_ms) + (behind / period + 1) * period;
+                // The first tick of the original schedule after `now_ms`: tokio's
+                // `now + (period - (now - tick) % period)`, in i128 so that no step can
+                // overflow.
+                let (now, tick, period) = (
+                    i128::from(now_ms),
+                    i128::from(tick_ms),
+                    i128::from(period_ms),
+                );
+                let next = now + (period - (now - tick) % period);
                 i64::try_from(next).unwrap_or(i64::MAX)
             }
         }
@@ -121,11 +152,26 @@ mod tests {
     const P: i64 = 100;
 
     #[test]
-    fn a_tick_late_by_less_than_a_period_keeps_the_schedule_under_every_policy() {
+    fn a_tick_taken_at_most_5_ms_late_keeps_the_schedule_under_every_policy() {
         for policy in [MissedTicks::Burst, MissedTicks::Delay, MissedTicks::Skip] {
             assert_eq!(policy.next_tick_ms(100, 100, P), 200, "{policy:?}");
-            assert_eq!(policy.next_tick_ms(100, 199, P), 200, "{policy:?}");
+            assert_eq!(policy.next_tick_ms(100, 105, P), 200, "{policy:?}");
+            // A period shorter than 5 ms: on schedule, due at once.
+            assert_eq!(policy.next_tick_ms(100, 104, 2), 102, "{policy:?}");
         }
+    }
+
+    #[test]
+    fn a_tick_taken_more_than_5_ms_late_is_missed_even_by_less_than_a_period() {
+        // tokio: a tick due at 100 taken at 150, period 100: Delay's next at 250.
+        assert_eq!(MissedTicks::Burst.next_tick_ms(100, 150, P), 200);
+        assert_eq!(MissedTicks::Delay.next_tick_ms(100, 150, P), 250);
+        assert_eq!(MissedTicks::Skip.next_tick_ms(100, 150, P), 200);
+        assert_eq!(MissedTicks::Delay.next_tick_ms(100, 106, P), 206);
+        // A first tick (due at 0) taken 35 ms late, period 10.
+        assert_eq!(MissedTicks::Burst.next_tick_ms(0, 35, 10), 10);
+        assert_eq!(MissedTicks::Delay.next_tick_ms(0, 35, 10), 45);
+        assert_eq!(MissedTicks::Skip.next_tick_ms(0, 35, 10), 40);
     }
 
     #[test]

@@ -41,9 +41,10 @@ use crate::timer::Timer;
 ///
 /// The period is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
 /// [`IntoDelayMs`]). Ticks are due at the instant of this call plus whole periods, on the
-/// timer's clock; a run that starts a whole period or more late has missed ticks, and
-/// `missed` says what follows (see [`MissedTicks`]: `Burst` catches up, `Delay` and `Skip`
-/// do not). A run never overlaps the previous one, also on an executor of several threads
+/// timer's clock; a run that starts more than 5 ms late (the first one too) has missed its
+/// tick, and `missed` says when the next one is due (see [`MissedTicks`]: tokio's rule;
+/// `Burst` catches up, `Delay` and `Skip` do not). A run never overlaps the previous one,
+/// also on an executor of several threads
 /// ([`executor_threads`](crate::SystemTimerBuilder::executor_threads)): a run that takes
 /// longer than the period delays the next tick, which is then a missed one.
 ///
@@ -95,6 +96,7 @@ pub fn schedule_periodic(
     let schedule = Arc::new(Schedule {
         period_ms,
         missed,
+        run_name: std::any::type_name_of_val(&run),
         runs: AtomicU64::new(0),
         idle: Condvar::new(),
         state: Mutex::new(State {
@@ -254,6 +256,8 @@ impl fmt::Debug for PeriodicHandle {
 struct Schedule {
     period_ms: i64,
     missed: MissedTicks,
+    /// The type name of the closure: the name of every tick's task in logs.
+    run_name: &'static str,
     /// Runs completed.
     runs: AtomicU64,
     /// Signalled when `running` goes back to `None`.
@@ -322,6 +326,10 @@ impl TokenOwner for Schedule {
 
     fn dropped(self: Arc<Self>, generation: u64, (): ()) {
         self.on_dropped(generation);
+    }
+
+    fn task_name(&self, (): &()) -> &'static str {
+        self.run_name
     }
 }
 

@@ -31,6 +31,10 @@ pub(crate) trait TokenOwner: Send + Sync + 'static {
 
     /// The task of `token` was dropped unrun.
     fn dropped(self: Arc<Self>, token: u64, payload: Self::Payload);
+
+    /// The name of a task carrying `payload`, for logs ([`TimerTask::name`]): what it does
+    /// for its owner rather than the token task's own type.
+    fn task_name(&self, payload: &Self::Payload) -> &'static str;
 }
 
 /// A timer task that reports to its owner, with its token, once.
@@ -65,6 +69,13 @@ impl<O: TokenOwner> TimerTask for TokenTask<O> {
     fn run(mut self: Box<Self>) {
         if let Some((owner, payload)) = self.owner.take() {
             owner.expired(self.token, payload);
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match &self.owner {
+            Some((owner, payload)) => owner.task_name(payload),
+            None => std::any::type_name::<Self>(),
         }
     }
 }

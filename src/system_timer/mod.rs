@@ -550,10 +550,13 @@ impl SystemTimer {
             );
         }
         let left = self.executor.wait_idle(CLOSE_WAIT);
-        if left > 0 {
+        // Once per timer: later closes, and the drop, give up at the same deadline.
+        if left > 0 && self.executor.first_give_up() {
             log::warn!(
-                "timer {}: {left} tasks still running after {CLOSE_WAIT:?}; not waiting longer",
-                self.executor_name
+                "timer {}: {left} tasks handed to the executor still unfinished after \
+                 {CLOSE_WAIT:?}; not waiting longer (running now: {})",
+                self.executor_name,
+                self.executor.running_task_names().join(", ")
             );
         }
         self.executor.shut_down(left == 0);

@@ -15,6 +15,8 @@
 //!   unwinds.
 //! - A task's panic is caught, logged at `error!`, and the pool goes on. So is a panic in
 //!   the `Drop` of the panic's payload: nothing a task does unwinds out of [`run_task`].
+//! - Each pool thread records the name of the task it runs (`running`), for the warning
+//!   of a `close` that gave up waiting, which `gave_up` lets the timer log once.
 //! - Every `close` of the timer waits for the tasks in flight, up to one deadline set by the
 //!   first wait (`shutdown_deadline`), then stops the threads and joins them. A task cannot
 //!   wait for itself: a `close` on a pool thread waits only for the other threads' tasks
@@ -38,6 +40,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
+use super::running::{Recorder, RunningTasks};
 use crate::prefetch::prefetch;
 use crate::task::TimerTask;
 
@@ -70,6 +73,8 @@ pub(crate) struct Executor {
     stopped: AtomicBool,
     /// When every wait for the tasks in flight gives up; set by the first wait.
     shutdown_deadline: OnceLock<Instant>,
+    /// Set by the first wait that gave up (see [`Executor::first_give_up`]).
+    gave_up: AtomicBool,
 }
 
 struct Tracker {
@@ -82,6 +87,8 @@ struct Tracker {
     idle: Condvar,
     /// Emptied batch buffers, handed back by the pool's threads for the next batches.
     buffers: Mutex<Vec<Vec<Box<dyn TimerTask>>>>,
+    /// The names of the tasks the pool's threads run.
+    running: RunningTasks,
 }
 
 thread_local! {
@@ -105,6 +112,7 @@ impl Executor {
             lock: Mutex::new(()),
             idle: Condvar::new(),
             buffers: Mutex::new(Vec::new()),
+            running: RunningTasks::new(threads),
         });
         let handles = (0..threads)
             .map(|i| {
@@ -117,7 +125,7 @@ impl Executor {
                 let tracker = Arc::clone(&tracker);
                 std::thread::Builder::new()
                     .name(thread_name.clone())
-                    .spawn(move || work(&queue, &tracker))
+                    .spawn(move || work(&queue, &tracker, i))
                     .unwrap_or_else(|e| panic!("cannot spawn executor thread {thread_name:?}: {e}"))
             })
             .collect();
@@ -128,6 +136,7 @@ impl Executor {
             thread_count: threads,
             stopped: AtomicBool::new(false),
             shutdown_deadline: OnceLock::new(),
+            gave_up: AtomicBool::new(false),
         }
     }
 
@@ -233,6 +242,19 @@ impl Executor {
         unfinished
     }
 
+    /// Returns true the first time it is called after a [`wait_idle`](Executor::wait_idle)
+    /// gave up with tasks unfinished, and false ever after: a timer warns about them once,
+    /// not at every later `close` and at its drop.
+    pub(crate) fn first_give_up(&self) -> bool {
+        !self.gave_up.swap(true, Ordering::AcqRel)
+    }
+
+    /// Returns the names of the tasks the pool's threads are running now (see
+    /// [`TimerTask::name`]).
+    pub(crate) fn running_task_names(&self) -> Vec<&'static str> {
+        self.tracker.running.names()
+    }
+
     /// Stops the pool's threads once the queue before them is done (the first call sends
     /// the stop messages), and joins them unless `join` is false (tasks still running past
     /// the deadline) or this is a pool thread, which cannot join itself: those threads are
@@ -324,9 +346,13 @@ impl Tracker {
     }
 }
 
-/// A pool thread's loop: runs the jobs it receives until told to stop.
-fn work(queue: &Receiver<Job>, tracker: &Arc<Tracker>) {
+/// A pool thread's loop (thread number `thread`): runs the jobs it receives until told to
+/// stop.
+fn work(queue: &Receiver<Job>, tracker: &Arc<Tracker>, thread: usize) {
     RUNNING_FOR.with(|running| running.set(tracker.id()));
+    let runner = Runner {
+        recorder: tracker.running.recorder(thread),
+    };
     loop {
         match queue.recv() {
             Ok(Job::Batch(mut tasks)) => {
@@ -334,12 +360,12 @@ fn work(queue: &Receiver<Job>, tracker: &Arc<Tracker>) {
                     tracker,
                     count: tasks.len(),
                 };
-                run_in_order(&mut tasks);
+                runner.run_in_order(&mut tasks);
                 tracker.recycle(tasks);
             }
             Ok(Job::One(task)) => {
                 let _finished = Finished { tracker, count: 1 };
-                run_task(task);
+                runner.run(task);
             }
             Ok(Job::Stop) | Err(_) => break,
         }
@@ -347,27 +373,40 @@ fn work(queue: &Receiver<Job>, tracker: &Arc<Tracker>) {
     RUNNING_FOR.with(|running| running.set(0));
 }
 
+/// Runs tasks on a pool thread, recording each one's name.
+struct Runner<'a> {
+    recorder: Recorder<'a>,
+}
+
 /// Tasks whose boxes are asked for ahead of the one that runs: enough misses in flight to
 /// overlap, few enough to stay cached until their turn.
 const PREFETCH_AHEAD: usize = 8;
 
-/// Runs `tasks` in order and leaves the buffer empty. The first read of a task's box is
-/// likely a cache and TLB miss (it was allocated long before), so the boxes of the next
-/// tasks are asked for ahead of time (see `prefetch`).
-fn run_in_order(tasks: &mut Vec<Box<dyn TimerTask>>) {
-    tasks
-        .iter()
-        .take(PREFETCH_AHEAD)
-        .for_each(|task| prefetch(&**task));
-    for at in 0..tasks.len() {
-        if let Some(ahead) = tasks.get(at + PREFETCH_AHEAD) {
-            prefetch(&**ahead);
+impl Runner<'_> {
+    /// Runs `tasks` in order and leaves the buffer empty. The first read of a task's box
+    /// is likely a cache and TLB miss (it was allocated long before), so the boxes of the
+    /// next tasks are asked for ahead of time (see `prefetch`).
+    fn run_in_order(&self, tasks: &mut Vec<Box<dyn TimerTask>>) {
+        tasks
+            .iter()
+            .take(PREFETCH_AHEAD)
+            .for_each(|task| prefetch(&**task));
+        for at in 0..tasks.len() {
+            if let Some(ahead) = tasks.get(at + PREFETCH_AHEAD) {
+                prefetch(&**ahead);
+            }
+            // Moved out by swapping in a task that does nothing (a zero-sized box: no
+            // allocation), so that the rest stay where the prefetches point.
+            self.run(std::mem::replace(&mut tasks[at], Box::new(Ran)));
         }
-        // Moved out by swapping in a task that does nothing (a zero-sized box: no
-        // allocation), so that the rest stay where the prefetches point.
-        run_task(std::mem::replace(&mut tasks[at], Box::new(Ran)));
+        tasks.clear();
     }
-    tasks.clear();
+
+    /// Runs the task (see [`run_task`]), its name recorded while it runs.
+    fn run(&self, task: Box<dyn TimerTask>) {
+        run_task(task, |task| self.recorder.running(task.name()));
+        self.recorder.idle();
+    }
 }
 
 /// Takes the place of a task of a batch that ran.
@@ -393,9 +432,14 @@ impl Drop for Finished<'_> {
     }
 }
 
-/// Runs one task, catching and logging a panic; never unwinds.
-fn run_task(task: Box<dyn TimerTask>) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
+/// Runs one task after `starting` (which may call the task's code, as `name`), catching and
+/// logging a panic of either; never unwinds.
+pub(crate) fn run_task(task: Box<dyn TimerTask>, starting: impl FnOnce(&dyn TimerTask)) {
+    let run = || {
+        starting(&*task);
+        task.run();
+    };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(run)) {
         log::error!("timer task panicked: {}", panic_message(&*payload));
         drop_payload(payload);
     }

@@ -53,6 +53,12 @@ impl Ledger {
         timer.add(self.task(id, delay_ms))
     }
 
+    /// Marks task `id` as ended without running (replaced or cancelled by key, refused):
+    /// it must then never run, and be dropped once.
+    pub(crate) fn ended_unrun(&self, id: usize) {
+        self.cancels[id].fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Cancels task `id` through `entry`, counting the cancel if it won.
     pub(crate) fn cancel(&self, entry: &TimerTaskEntry, id: usize) -> bool {
         let won = entry.cancel();

@@ -3,8 +3,9 @@
 //!
 //! - this module: [`Counted`], a task that counts its runs and drops, [`PATIENCE`] and
 //!   [`NEVER_MS`], [`mocked`] (a `SystemTimer` on a mock clock), [`driven_purgatory`],
-//!   [`args`] for the examples' command lines, and [`panic_location`] for
-//!   `#[track_caller]` checks;
+//!   [`args`] for the examples' command lines, [`panic_location`] for `#[track_caller]`
+//!   checks, and [`drive_mock_until`];
+//! - [`bounds`]: when each task may run at the earliest on the real clock, and when it ran;
 //! - [`ledger`]: per-task run, cancel and drop counters for the counting stress tests;
 //! - [`logger`]: the one capturing logger (the `error!` and `warn!` records of a test
 //!   binary, installed once for all its tests);
@@ -17,6 +18,7 @@
 // Each test binary compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub(crate) mod bounds;
 pub(crate) mod ledger;
 pub(crate) mod logger;
 pub(crate) mod probe;
@@ -31,7 +33,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use timingwheel::{
-    DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, TimerTask,
+    DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, Timer, TimerTask,
 };
 
 /// How long a test waits for something that should happen soon before it counts it as lost
@@ -166,4 +168,18 @@ pub(crate) fn panic_message_and_location<T>(
         (None, None) => String::new(),
     };
     (message, location)
+}
+
+/// Drives a `MockTimer` one millisecond at a time until `until_ms` after `start`, running
+/// what is due at each step (also what came due during a run that moved the clock).
+pub(crate) fn drive_mock_until(timer: &MockTimer, start: i64, until_ms: i64) {
+    loop {
+        if timer.advance_clock(0) {
+            continue;
+        }
+        if timer.time().hi_res_clock_ms() - start >= until_ms {
+            return;
+        }
+        timer.advance_clock(1);
+    }
 }

@@ -28,12 +28,6 @@ fn mock() -> (Arc<MockTimer>, KeyedTimer<u32>) {
     (timer, keyed)
 }
 
-/// Marks task `id` of `ledger` as ended without running (replaced, cancelled or refused):
-/// the ledger then requires that it never runs and is dropped once.
-fn ended_unrun(ledger: &Ledger, id: usize) {
-    ledger.cancels[id].fetch_add(1, Ordering::SeqCst);
-}
-
 #[test]
 fn keyed_timer_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
@@ -478,7 +472,7 @@ fn schedule_cancel_and_replace(
                 let id = keys.next_id.fetch_add(1, Ordering::Relaxed);
                 if keyed.schedule_replacing(key, ledger.task(id, delay)) {
                     let old = keys.current[slot].expect("replaced a task this thread knows");
-                    ended_unrun(ledger, old);
+                    ledger.ended_unrun(old);
                 }
                 keys.current[slot] = Some(id);
             }
@@ -487,13 +481,13 @@ fn schedule_cancel_and_replace(
                 if keyed.schedule_if_absent(key, ledger.task(id, delay)) {
                     keys.current[slot] = Some(id);
                 } else {
-                    ended_unrun(ledger, id);
+                    ledger.ended_unrun(id);
                 }
             }
             _ => {
                 if keyed.cancel(&key) {
                     let old = keys.current[slot].expect("cancelled a task this thread knows");
-                    ended_unrun(ledger, old);
+                    ledger.ended_unrun(old);
                 }
                 keys.current[slot] = None;
             }

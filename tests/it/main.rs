@@ -11,11 +11,14 @@
 //! location of its own thread's panic only; thread names in `/proc/self/task` are looked up
 //! by a prefix only that test's timers use.
 //!
-//! Six test files stay binaries of their own, because they need a process, or a release
+//! Eight test files stay binaries of their own, because they need a process, or a release
 //! build, of their own:
 //!
-//! - `leaks.rs`: its `#[global_allocator]` counts the live heap of the whole process, and
-//!   another test's allocations would show up as a leak (or hide one);
+//! - `leaks.rs` and `keyed_reschedule_alloc.rs`: a `#[global_allocator]` counts the heap of
+//!   the whole process, and another test's allocations would show up in its count;
+//! - `close_warning.rs`: a `close` that gives up waiting warns once; it waits out the
+//!   close's whole 10 s bound, and looks for the one warning among every record the
+//!   process logs;
 //! - `process.rs`: it counts the threads of the process, which other tests start and join
 //!   all the time;
 //! - `metrics.rs`: only with the `metrics` feature; on its own, `cargo test --features
@@ -31,10 +34,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod debug;
 mod delayed_operation;
 mod executor_pool;
 mod futures;
 mod keyed;
+mod keyed_reschedule;
+mod missed_ticks;
 mod mock_timer;
 mod model;
 mod periodic;
@@ -48,5 +54,6 @@ mod shutdown;
 mod stress;
 mod system_timer;
 mod system_timer_reaper;
+mod timeout;
 mod timer;
 mod timer_task_list;

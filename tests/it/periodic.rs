@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::logger;
 use common::sync::eventually;
-use common::{PATIENCE, panic_message_and_location};
+use common::{PATIENCE, drive_mock_until, panic_message_and_location};
 use timingwheel::{
     MissedTicks, MockTimer, PeriodicHandle, SystemTimer, SystemTimerReaper, Timer,
     schedule_periodic,
@@ -39,20 +39,6 @@ fn recorded(
         }
     });
     (timer, handle, log)
-}
-
-/// Drives `timer` one millisecond at a time until `until_ms` after its start, running
-/// what is due at each step (also what came due during a run that moved the clock).
-fn drive(timer: &MockTimer, start: i64, until_ms: i64) {
-    loop {
-        if timer.advance_clock(0) {
-            continue;
-        }
-        if timer.time().hi_res_clock_ms() - start >= until_ms {
-            return;
-        }
-        timer.advance_clock(1);
-    }
 }
 
 fn taken(log: &Mutex<Vec<i64>>) -> Vec<i64> {
@@ -89,7 +75,7 @@ fn after_a_stall_burst_catches_up_and_delay_and_skip_do_not() {
         let (timer, _handle, log) = recorded(100, policy, 0, 0);
         let start = timer.time().hi_res_clock_ms();
         timer.advance_clock(350);
-        drive(&timer, start, 550);
+        drive_mock_until(&timer, start, 550);
         assert_eq!(taken(&log), runs, "{policy:?}");
     }
 }
@@ -111,7 +97,7 @@ fn runs_longer_than_the_period_miss_ticks_and_the_policy_decides_what_follows() 
     for (policy, runs) in expected {
         let (timer, handle, log) = recorded(100, policy, 250, 3);
         let start = timer.time().hi_res_clock_ms();
-        drive(&timer, start, 1_000);
+        drive_mock_until(&timer, start, 1_000);
         assert_eq!(taken(&log), runs, "{policy:?}");
         assert!(handle.cancel());
     }

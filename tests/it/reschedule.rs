@@ -10,18 +10,18 @@
 //! Kafka's `TimerTaskListTest.testAll` (tasks moved between buckets keep the counts
 //! exact) is ported in `tests/it/timer_task_list.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{
-    MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTask, TimerTaskEntry,
-    timer_task,
+    MockTime, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerTaskEntry, timer_task,
 };
 
 use crate::common;
 use common::PATIENCE;
+use common::bounds::Bounds;
 use common::ledger::Ledger;
 use common::rng::Rng;
 use common::sync::{ExecutorGate, barrier, driven, eventually};
@@ -437,82 +437,6 @@ const MOVERS: usize = 3;
 const PER_MOVER: usize = 20_000;
 /// Handles a mover keeps to move again; the canceller takes clones from a shared pool.
 const HELD: usize = 256;
-
-/// When each task may run at the earliest, and when it ran: nanoseconds since `base`.
-struct Bounds {
-    base: Instant,
-    not_before_ns: Vec<AtomicI64>,
-    ran_at_ns: Vec<AtomicI64>,
-}
-
-impl Bounds {
-    fn new(tasks: usize) -> Arc<Bounds> {
-        let zeros = || (0..tasks).map(|_| AtomicI64::new(-1)).collect();
-        Arc::new(Bounds {
-            base: Instant::now(),
-            not_before_ns: zeros(),
-            ran_at_ns: zeros(),
-        })
-    }
-
-    fn now_ns(&self) -> i64 {
-        self.base.elapsed().as_nanos() as i64
-    }
-
-    /// Task `id` of `ledger`, recording when it ran here.
-    fn task(
-        self: &Arc<Self>,
-        ledger: &Arc<Ledger>,
-        id: usize,
-        delay_ms: i64,
-    ) -> Box<dyn TimerTask> {
-        let bounds = Arc::clone(self);
-        let inner = ledger.task(id, delay_ms);
-        Box::new(Timed {
-            bounds,
-            inner: Some(inner),
-            id,
-            delay_ms,
-        })
-    }
-
-    /// Asserts that no task that ran ran before its bound.
-    fn assert_never_early(&self, ledger: &Ledger) {
-        for id in 0..self.ran_at_ns.len() {
-            if ledger.runs(id) == 1 {
-                let (ran, bound) = (
-                    self.ran_at_ns[id].load(Ordering::SeqCst),
-                    self.not_before_ns[id].load(Ordering::SeqCst),
-                );
-                assert!(
-                    ran >= bound,
-                    "task {id} ran {} µs early",
-                    (bound - ran) / 1_000
-                );
-            }
-        }
-    }
-}
-
-/// A ledger task that also records when it ran.
-struct Timed {
-    bounds: Arc<Bounds>,
-    inner: Option<Box<common::ledger::LedgerTask>>,
-    id: usize,
-    delay_ms: i64,
-}
-
-impl TimerTask for Timed {
-    fn delay_ms(&self) -> i64 {
-        self.delay_ms
-    }
-    fn run(mut self: Box<Self>) {
-        self.bounds.ran_at_ns[self.id].store(self.bounds.now_ns(), Ordering::SeqCst);
-        if let Some(inner) = self.inner.take() {
-            inner.run();
-        }
-    }
-}
 
 /// One mover: adds its tasks (delays 0-10 ms), moves held ones again and again (delays -1
 /// to 15 ms), and puts clones of some in `pool` for the canceller. Records each task's

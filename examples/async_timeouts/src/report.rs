@@ -201,7 +201,7 @@ impl Report {
         let _ = writeln!(
             out,
             "\nlate by: how long a timed-out request waited beyond its timeout, from the\n  \
-             first poll of its `timeout` to its answer (never below 0).\n\ninvariant"
+             call of its `timeout` to its answer (never below 0).\n\ninvariant"
         );
         let verdict = |ok: bool| if ok { "ok" } else { "FAILED" };
         let _ = writeln!(
