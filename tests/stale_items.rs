@@ -51,7 +51,6 @@ fn timer_with_a_stale_item_due() -> (SystemTimer, MockTime) {
 }
 
 #[test]
-#[ignore = "fails until advance_clock waits on past a stale item"]
 fn a_stale_item_alone_does_not_end_the_wait_early() {
     let (timer, _time) = timer_with_a_stale_item_due();
     let start = Instant::now();
@@ -66,7 +65,6 @@ fn a_stale_item_alone_does_not_end_the_wait_early() {
 }
 
 #[test]
-#[ignore = "fails until advance_clock waits on past a stale item"]
 fn a_list_due_after_a_stale_item_is_flushed_by_the_same_call() {
     let (timer, time) = timer_with_a_stale_item_due();
     let runs = Arc::new(AtomicUsize::new(0));

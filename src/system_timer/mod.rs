@@ -29,13 +29,14 @@ mod reaper;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::metrics::{TimerMetrics, TimerStats};
 use crate::store::{
     Entry, EntryKey, ReadGuard, Released, ShardState, StripedRwLock, TimerTaskEntry, thread_hint,
 };
 use crate::task::TimerTask;
+use crate::threads::delay_queue::deadline_after;
 use crate::threads::executor::Executor;
 use crate::time::{SystemClock, Time, hi_res_clock_ms_ceil};
 use crate::timer::{AddError, Timer};
@@ -466,23 +467,40 @@ impl Timer for SystemTimer {
 
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         let _metrics = self.metrics.record_on_return(|| self.stats());
-        if self.is_closed() {
-            return false;
-        }
-        // Flushes an earlier call left unfinished go on after a short wait for a due list
-        // (see `flush`, "Pausing between budgets"); else wait for a due list.
-        let first = if self.flusher.has_unfinished() {
-            self.delay_queue
-                .poll_timeout(timeout_ms.min(flush::FLUSH_PAUSE_MS))
-        } else {
-            match self.delay_queue.poll_timeout(timeout_ms) {
-                Some(due) => Some(due),
-                None => return false,
+        let deadline = deadline_after(timeout_ms);
+        loop {
+            if self.is_closed() {
+                return false;
             }
-        };
-        // Moves the clocks, then every due list's entries down the wheel or to the
-        // executor: Kafka's `while (bucket != null)` loop, in chunks (see `flush`).
-        self.flush(first)
+            // Flushes an earlier call left unfinished go on after a short wait for a due
+            // list (see `flush`, "Pausing between budgets"); else wait for a due list.
+            let first = if self.flusher.has_unfinished() {
+                let pause = deadline_after(flush::FLUSH_PAUSE_MS);
+                // `None` is no deadline: the earlier of the two that exist.
+                let until = match (pause, deadline) {
+                    (Some(pause), Some(deadline)) => Some(pause.min(deadline)),
+                    (pause, deadline) => pause.or(deadline),
+                };
+                self.delay_queue.poll_until(until)
+            } else {
+                match self.delay_queue.poll_until(deadline) {
+                    Some(due) => Some(due),
+                    None => return false,
+                }
+            };
+            // Moves the clocks, then every due list's entries down the wheel or to the
+            // executor: Kafka's `while (bucket != null)` loop, in chunks (see `flush`).
+            if self.flush(first) {
+                return true;
+            }
+            // Nothing was flushed: every item that came due was stale (its list was queued
+            // again for another time, or flushed, since), or the timer was closed. An open
+            // timer waits on for the rest of the timeout, as `Timer::advance_clock`
+            // promises, and flushes a list that comes due meanwhile.
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return false;
+            }
+        }
     }
 
     fn size(&self) -> usize {
