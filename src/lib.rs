@@ -141,6 +141,7 @@
 #![warn(rust_2018_idioms)]
 
 mod future;
+mod lateness;
 mod lock_order;
 mod metrics;
 mod mock;
@@ -157,6 +158,7 @@ mod wheel;
 
 pub use crossbeam_channel;
 pub use future::{Elapsed, Interval, Sleep, timeout};
+pub use lateness::Lateness;
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
 pub use purgatory::{

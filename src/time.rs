@@ -148,7 +148,7 @@ impl SystemClock {
     /// Returns the monotonic nanosecond reading ([`Time::nanoseconds`]), without a call
     /// through `dyn Time`: `add` reads this for every task.
     #[inline]
-    fn now_ns() -> i64 {
+    pub(crate) fn now_ns() -> i64 {
         let since = origin().elapsed();
         // u64 nanoseconds last 584 years from the origin; past 292 the reading saturates.
         let nanos = since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos());

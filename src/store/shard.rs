@@ -17,7 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -26,7 +26,11 @@ use super::clones::Clones;
 use super::released::Released;
 use super::slots::{EntryKey, Slots};
 use crate::prefetch::prefetch;
-use crate::task::TimerTask;
+use crate::task::{Expired, TimerTask};
+
+/// The list that holds a timer's due tasks while its executor is at `max_in_flight`: the
+/// backlog, a queue (see `system_timer::backlog`). The wheel's lists come after it.
+pub(crate) const HELD_LIST: u32 = 0;
 
 /// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
 /// without the task).
@@ -80,6 +84,12 @@ pub(crate) struct ShardState {
     /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
     /// bound: every entry that leaves this shard takes itself off.
     pending: Option<Arc<AtomicUsize>>,
+    /// Entries in this shard's backlog ([`HELD_LIST`]).
+    held: usize,
+    /// The held entries of the whole timer, kept when it has a `max_in_flight` bound: every
+    /// entry that enters or leaves the backlog counts itself, with `SeqCst` (see
+    /// `threads::executor`, "The bound on tasks in flight").
+    held_total: Option<Arc<AtomicUsize>>,
 }
 
 impl ShardState {
@@ -91,6 +101,8 @@ impl ShardState {
             clones: Clones::default(),
             counts: Counts::default(),
             pending: None,
+            held: 0,
+            held_total: None,
         }
     }
 
@@ -216,9 +228,78 @@ impl ShardState {
             return;
         }
         slot.set_loc(Loc::UNLISTED);
+        if self.held > 0 && self.chains.list_of(loc) == HELD_LIST {
+            self.count_held_out(1);
+        }
         if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
         }
+    }
+
+    /// Puts the unlisted entry in slot `index`, which is due, into the backlog: it stays
+    /// pending, and cancellable, until [`take_held`](Self::take_held) takes it out.
+    pub(crate) fn hold(&mut self, index: u32) {
+        self.link(HELD_LIST, index);
+        self.held += 1;
+        if let Some(total) = &self.held_total {
+            total.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts `count` entries out of the backlog.
+    fn count_held_out(&mut self, count: usize) {
+        self.held -= count;
+        if let Some(total) = &self.held_total {
+            total.fetch_sub(count, Ordering::SeqCst);
+        }
+    }
+
+    /// Returns the expiration of the oldest entry of the backlog: the one
+    /// [`take_held`](Self::take_held) takes next.
+    pub(crate) fn oldest_held_ms(&self) -> Option<i64> {
+        if self.held == 0 {
+            return None;
+        }
+        let index = self.chains.oldest(HELD_LIST)?;
+        Some(self.slots.get(index).expiration_ms())
+    }
+
+    /// Takes entries out of the backlog, oldest first, and appends their tasks to `out`,
+    /// counted expired: at most `max`, and after the first only while they expire no later
+    /// than `until_ms`. Returns how many.
+    pub(crate) fn take_held(&mut self, max: usize, until_ms: i64, out: &mut Vec<Expired>) -> usize {
+        let mut taken = 0;
+        while taken < max {
+            let Some(expiration_ms) = self.oldest_held_ms() else {
+                break;
+            };
+            if taken > 0 && expiration_ms > until_ms {
+                break;
+            }
+            let Some(index) = self.chains.pop_oldest(HELD_LIST) else {
+                break;
+            };
+            self.slots.get_mut(index).set_loc(Loc::UNLISTED);
+            self.count_held_out(1);
+            out.push(Expired {
+                task: self.remove(index),
+                expiration_ms,
+            });
+            self.counts.expired += 1;
+            taken += 1;
+        }
+        taken
+    }
+
+    /// Returns the earliest expiration among the entries of list `id` in this shard, by
+    /// reading each of them.
+    pub(crate) fn min_expiration(&self, id: u32) -> Option<i64> {
+        let mut min = None;
+        self.chains.for_each_entry(id, |index| {
+            let expiration_ms = self.slots.get(index).expiration_ms();
+            min = Some(min.map_or(expiration_ms, |min: i64| min.min(expiration_ms)));
+        });
+        min
     }
 
     /// Empties the shard and returns what it held, tasks included, for the caller to drop
@@ -227,6 +308,7 @@ impl ShardState {
         if let Some(pending) = &self.pending {
             pending.fetch_sub(self.slots.len(), Ordering::Relaxed);
         }
+        self.count_held_out(self.held);
         let mut released = self.take_released();
         released.holds_tasks = true;
         self.slots.chunks().clear(&mut released.slots);
@@ -234,10 +316,17 @@ impl ShardState {
         released
     }
 
-    /// Readies a pooled shard for a new timer: no counts, and `pending` to keep.
-    pub(crate) fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
+    /// Readies a pooled shard for a new timer: no counts, and `pending` and `held_total`
+    /// to keep (see their fields).
+    pub(crate) fn reset(
+        &mut self,
+        pending: Option<Arc<AtomicUsize>>,
+        held_total: Option<Arc<AtomicUsize>>,
+    ) {
+        debug_assert_eq!(self.held, 0);
         self.counts = Counts::default();
         self.pending = pending;
+        self.held_total = held_total;
     }
 
     /// Returns the chunks emptied since the last call, to be unmapped with no lock held.
@@ -267,6 +356,8 @@ pub(crate) struct Shard {
     len: AtomicUsize,
     /// `ShardState::counts`, published with `len`.
     counts: [AtomicU64; 4],
+    /// `ShardState::oldest_held_ms`, published with `len` (`i64::MAX`: none held).
+    oldest_held_ms: AtomicI64,
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
@@ -278,6 +369,7 @@ impl Shard {
             state: Mutex::new(ShardState::new()),
             len: AtomicUsize::new(0),
             counts: [const { AtomicU64::new(0) }; 4],
+            oldest_held_ms: AtomicI64::new(i64::MAX),
             urgent: AtomicUsize::new(0),
         }
     }
@@ -321,10 +413,21 @@ impl Shard {
         Counts::from_array(self.counts.each_ref().map(|c| c.load(Ordering::Relaxed)))
     }
 
+    /// Returns the expiration of the oldest entry of the backlog, as of the last
+    /// publication (`i64::MAX`: none).
+    pub(crate) fn oldest_held_ms(&self) -> i64 {
+        self.oldest_held_ms.load(Ordering::Relaxed)
+    }
+
     fn publish(&self, state: &ShardState) {
         self.len.store(state.len(), Ordering::Relaxed);
         for (published, value) in self.counts.iter().zip(state.counts.as_array()) {
             published.store(value, Ordering::Relaxed);
+        }
+        // Written only when it changes: on a timer that holds nothing, never.
+        let oldest_held_ms = state.oldest_held_ms().unwrap_or(i64::MAX);
+        if self.oldest_held_ms.load(Ordering::Relaxed) != oldest_held_ms {
+            self.oldest_held_ms.store(oldest_held_ms, Ordering::Relaxed);
         }
     }
 }
