@@ -41,8 +41,10 @@
 //! ```
 //!
 //! or a [`SystemTimerReaper`] does it on a thread of its own, as Kafka's reaper does.
-//! Expired tasks run on the timer's executor thread (`executor-{name}`), never on the
-//! driving thread.
+//! Expired tasks run on the timer's executor: by default a thread of its own
+//! (`executor-{name}`), never the driving thread; the builder can put them on a
+//! `threadpool::ThreadPool` the service owns, or on any executor, and bound how many it
+//! hands over at once ([`SystemTimerBuilder`]).
 //!
 //! # Testing code that uses a timer
 //!

@@ -63,8 +63,9 @@ impl SystemTimerBuilder {
     /// Bounds the tasks that wait at once (Netty's `maxPendingTimeouts`): beyond
     /// `max_pending`, [`try_add`](Timer::try_add) returns [`AddError::Full`] and
     /// [`add`](Timer::add) a refused entry. A task whose delay is zero or negative never
-    /// waits, so it is never refused for being full. Default: no bound but the storage's
-    /// (2^24 tasks per shard).
+    /// waits, so it is never refused for being full, unless
+    /// [`max_in_flight`](Self::max_in_flight) makes it wait. Default: no bound but the
+    /// storage's (2^24 tasks per shard).
     ///
     /// The count is exact across threads: a bounded timer keeps one more shared counter,
     /// which every add and every departure of a task updates.
