@@ -198,6 +198,11 @@ impl ShardState {
     /// Takes the occupant of slot `index` out of its list and its slot and returns its task.
     pub(crate) fn remove(&mut self, index: u32) -> Box<dyn TimerTask> {
         self.unlink(index);
+        self.vacate(index)
+    }
+
+    /// Takes the unlisted occupant of slot `index` out of its slot and returns its task.
+    fn vacate(&mut self, index: u32) -> Box<dyn TimerTask> {
         if let Some(pending) = &self.pending {
             pending.fetch_sub(1, Ordering::Relaxed);
         }
@@ -228,8 +233,8 @@ impl ShardState {
             return;
         }
         slot.set_loc(Loc::UNLISTED);
-        if self.held > 0 && self.chains.list_of(loc) == HELD_LIST {
-            self.count_held_out(1);
+        if self.held > 0 {
+            self.count_out_if_held(loc);
         }
         if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
@@ -243,6 +248,15 @@ impl ShardState {
         self.held += 1;
         if let Some(total) = &self.held_total {
             total.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts the entry at `loc`, which is leaving its list, out of the backlog if that is
+    /// its list. Apart, so that a cancel on a timer that holds nothing does not carry it.
+    #[cold]
+    fn count_out_if_held(&mut self, loc: Loc) {
+        if self.chains.list_of(loc) == HELD_LIST {
+            self.count_held_out(1);
         }
     }
 
@@ -282,7 +296,7 @@ impl ShardState {
             self.slots.get_mut(index).set_loc(Loc::UNLISTED);
             self.count_held_out(1);
             out.push(Expired {
-                task: self.remove(index),
+                task: self.vacate(index),
                 expiration_ms,
             });
             self.counts.expired += 1;
@@ -356,7 +370,7 @@ pub(crate) struct Shard {
     len: AtomicUsize,
     /// `ShardState::counts`, published with `len`.
     counts: [AtomicU64; 4],
-    /// `ShardState::oldest_held_ms`, published with `len` (`i64::MAX`: none held).
+    /// `ShardState::oldest_held_ms`, published at each unlock (`i64::MAX`: none held).
     oldest_held_ms: AtomicI64,
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
@@ -424,9 +438,14 @@ impl Shard {
         for (published, value) in self.counts.iter().zip(state.counts.as_array()) {
             published.store(value, Ordering::Relaxed);
         }
-        // Written only when it changes: on a timer that holds nothing, never.
-        let oldest_held_ms = state.oldest_held_ms().unwrap_or(i64::MAX);
-        if self.oldest_held_ms.load(Ordering::Relaxed) != oldest_held_ms {
+    }
+
+    /// Publishes the expiration of the oldest held entry (at the unlock: a refill looks for
+    /// held entries in the shards that published some first). Only a timer with
+    /// `max_in_flight` holds entries: for any other, one load and nothing to do.
+    fn publish_oldest_held(&self, state: &ShardState) {
+        if state.held_total.is_some() {
+            let oldest_held_ms = state.oldest_held_ms().unwrap_or(i64::MAX);
             self.oldest_held_ms.store(oldest_held_ms, Ordering::Relaxed);
         }
     }
@@ -478,6 +497,7 @@ impl Drop for ShardGuard<'_> {
             return;
         };
         self.shard.publish(&state);
+        self.shard.publish_oldest_held(&state);
         let released = state.has_released().then(|| state.take_released());
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
             MutexGuard::unlock_fair(state);

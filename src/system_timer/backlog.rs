@@ -8,7 +8,7 @@
 //! store (`Expiring`), so it stays pending, counted by `size()`, and a `cancel` takes it out
 //! in O(1), as from any list. A refill (`threads::executor`, "The bound on tasks in
 //! flight") takes held entries out of the shard whose oldest one expired first, which each
-//! shard publishes with its length (`Shard::oldest_held_ms`): the shards' queues merged,
+//! shard publishes as it unlocks (`Shard::oldest_held_ms`): the shards' queues merged,
 //! oldest expiration first.
 //!
 //! # Ground rules

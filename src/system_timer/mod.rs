@@ -337,6 +337,7 @@ impl SystemTimer {
 
 /// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
 /// says it is expired, hands it to `expiring`.
+#[inline]
 fn add_timer_task_entry(
     wheel: &TimingWheel,
     shard: &mut ShardState,
@@ -473,26 +474,33 @@ impl SystemTimer {
         let timing_wheel = read.value();
         let shard = read.shard();
         shard.counts.added += 1;
-        let mut expiring = Expiring::unbatched(&self.executor);
         let entry = Entry {
             index: key.index,
             expiration_ms,
         };
-        if due_now {
-            expiring.expire(shard, entry);
-        } else {
-            add_timer_task_entry(timing_wheel, shard, entry, &mut expiring);
-        }
-        if expiring.is_empty() {
+        if !due_now && timing_wheel.add(shard, entry) {
             return TimerTaskEntry::pending(read.home(), key, expiration_ms);
         }
-        let entry = if expiring.hands_over() {
-            TimerTaskEntry::expired(expiration_ms)
+        self.place_due(read, key, entry)
+    }
+
+    /// `place` for an entry that is due: to the executor, or held (see [`Expiring`]).
+    #[cold]
+    fn place_due(
+        &self,
+        mut read: ReadGuard<'_, TimingWheel>,
+        key: EntryKey,
+        entry: Entry,
+    ) -> TimerTaskEntry {
+        let mut expiring = Expiring::unbatched(&self.executor);
+        expiring.expire(read.shard(), entry);
+        let handle = if expiring.hands_over() {
+            TimerTaskEntry::expired(entry.expiration_ms)
         } else {
-            TimerTaskEntry::pending(read.home(), key, expiration_ms)
+            TimerTaskEntry::pending(read.home(), key, entry.expiration_ms)
         };
         expiring.finish(&self.executor, read);
-        entry
+        handle
     }
 
     /// `insert` for a task whose thread's shard is full: into another shard with room, or

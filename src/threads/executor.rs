@@ -172,6 +172,9 @@ struct Limit {
 /// The executor of one timer.
 pub(crate) struct Executor {
     shared: Arc<Shared>,
+    /// `shared.limit.is_some()`, kept here: every `add` asks, and this is on the timer's
+    /// own cache lines.
+    bounded: bool,
     /// The built-in pool's threads not joined yet (none on a caller's executor).
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Set when the stop messages are sent (once).
@@ -277,6 +280,7 @@ impl Executor {
             _ => Vec::new(),
         };
         Executor {
+            bounded: shared.limit.is_some(),
             shared,
             threads: Mutex::new(handles),
             stopped: AtomicBool::new(false),
@@ -287,7 +291,7 @@ impl Executor {
     /// True if tasks that come due must be held and handed over by
     /// [`refill`](Executor::refill): the executor has a `max_in_flight` bound.
     pub(crate) fn is_bounded(&self) -> bool {
-        self.shared.limit.is_some()
+        self.bounded
     }
 
     /// Returns an empty buffer for a batch of up to 64 tasks: one the pool handed back, or
