@@ -45,9 +45,11 @@
 //! see `system_timer::backlog`), where it is pending and can be cancelled; then whoever
 //! held it asks for a [`refill`](Executor::refill), which takes permits and hands held
 //! tasks over, oldest first, while both last. Every thread that finishes tasks asks for a
-//! refill too. No hand-off is lost: a holder raises the held count, then reads
-//! `in_flight` (in `reserve`); a finisher lowers `in_flight`, then reads the held count;
-//! both with `SeqCst`, so at least one of them sees the other and refills. A refill that
+//! refill too, once an eighth of the bound is free, so that it takes several at a time.
+//! No hand-off is lost: a holder raises the held count, then reads `in_flight` (in
+//! `reserve`); a finisher lowers `in_flight`, then reads the held count; both with
+//! `SeqCst`, so at least one of them sees the other and refills (a finisher that finds
+//! less than an eighth free leaves it to a later one: the last finds the whole bound free). A refill that
 //! took fewer tasks than permits gives the rest back and looks again, blocking on the
 //! shards' locks rather than spinning. A thread already refilling (a caller's executor
 //! that runs jobs inline) does not start a second refill inside the first: the outer one
@@ -167,6 +169,10 @@ impl Clock {
 struct Limit {
     max: usize,
     held: Arc<dyn HeldTasks>,
+    /// The permits a thread that finished tasks waits for before it refills: an eighth of
+    /// the bound (at least 1), so that refills take held tasks a few at a time, one shard
+    /// lock for several, while the executor still has the rest of the bound queued.
+    refill_at: usize,
 }
 
 /// The executor of one timer.
@@ -257,7 +263,11 @@ impl Executor {
             buffers: Mutex::new(Vec::new()),
             clock: time.map_or(Clock::System, Clock::Other),
             lateness,
-            limit: limit.map(|(max, held)| Limit { max, held }),
+            limit: limit.map(|(max, held)| Limit {
+                max,
+                held,
+                refill_at: (max / 8).max(1),
+            }),
         });
         let handles = match (&shared.runner, queue) {
             (Runner::Pool { threads, .. }, Some(queue)) => (0..*threads)
@@ -326,7 +336,7 @@ impl Executor {
     /// Hands held tasks over, oldest first, while the bound leaves room for them: called,
     /// with no lock held, by whoever held a task (see "The bound on tasks in flight").
     pub(crate) fn refill(&self) {
-        self.shared.refill();
+        self.shared.refill(1);
     }
 
     /// Returns how late the tasks started so far started.
@@ -515,13 +525,13 @@ impl Shared {
         }
     }
 
-    /// Raises `in_flight` by as many permits as the bound `max` leaves, at most `want`;
-    /// returns how many.
-    fn reserve(&self, max: usize, want: usize) -> usize {
+    /// Raises `in_flight` by as many permits as the bound `max` leaves, at most `want`, if
+    /// that is `at_least`; returns how many.
+    fn reserve(&self, max: usize, at_least: usize, want: usize) -> usize {
         let mut current = self.in_flight.load(Ordering::SeqCst);
         loop {
             let free = max.saturating_sub(current).min(want);
-            if free == 0 {
+            if free == 0 || free < at_least {
                 return 0;
             }
             match self.in_flight.compare_exchange_weak(
@@ -536,8 +546,18 @@ impl Shared {
         }
     }
 
-    /// See [`Executor::refill`].
-    fn refill(self: &Arc<Self>) {
+    /// The refill of a thread that finished tasks: once an eighth of the bound is free
+    /// (see `Limit::refill_at`). No held task is stranded: while any task is in flight, a
+    /// later finisher looks again, and the last one finds the whole bound free.
+    fn refill_after_finishing(self: &Arc<Self>) {
+        if let Some(limit) = &self.limit {
+            self.refill(limit.refill_at);
+        }
+    }
+
+    /// See [`Executor::refill`]; hands over nothing unless the bound leaves room for
+    /// `at_least` tasks.
+    fn refill(self: &Arc<Self>, at_least: usize) {
         let Some(limit) = &self.limit else {
             return;
         };
@@ -549,7 +569,7 @@ impl Shared {
         }
         let _done = Refilling { outer };
         while limit.held.len() > 0 {
-            let permits = self.reserve(limit.max, BATCH);
+            let permits = self.reserve(limit.max, at_least, BATCH);
             if permits == 0 {
                 return;
             }
@@ -669,7 +689,7 @@ impl Drop for CallerJob {
             drop(lost);
         }
         self.shared.finished(1);
-        self.shared.refill();
+        self.shared.refill_after_finishing();
     }
 }
 
@@ -720,7 +740,7 @@ struct Finished<'a> {
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
         self.shared.finished(self.count);
-        self.shared.refill();
+        self.shared.refill_after_finishing();
     }
 }
 
