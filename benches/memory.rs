@@ -8,8 +8,8 @@ mod common;
 mod memory_harness;
 
 #[global_allocator]
-static ALLOCATOR: memory_harness::Counting<std::alloc::System> =
-    memory_harness::Counting(std::alloc::System);
+static ALLOCATOR: common::counting::Counting<std::alloc::System> =
+    common::counting::Counting(std::alloc::System);
 
 fn main() {
     memory_harness::main("the system allocator");

@@ -1,7 +1,7 @@
 //! Memory (issue 15, goals 3 and 4): the harness that `memory.rs` (the default allocator)
 //! and `memory_mimalloc.rs` (mimalloc as the global allocator) both run.
 //!
-//! The global allocator is wrapped in [`Counting`], which keeps the bytes currently
+//! The global allocator is wrapped in `common::counting::Counting`, which keeps the bytes currently
 //! allocated (requested sizes: allocator rounding and fragmentation are not in it). A
 //! timer's **bytes** are that count's growth plus the storage the wheel maps itself
 //! ([`SystemTimer::storage_bytes`]: its slot and ring chunks are `mmap`ed, not allocated);
@@ -29,57 +29,19 @@
 //! TIMINGWHEEL_BENCH_QUICK=1 ...                                # N = 10^5, one burst run
 //! ```
 
-use std::alloc::{GlobalAlloc, Layout};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::common::counting::allocated_bytes;
 use crate::common::{BTreeTimer, BenchTimer, HeapTimer, TokioTimer, delays, quick, rss_bytes};
 use timingwheel::{SystemTimer, TimerTask, timer_task};
-
-/// The global allocator `A`, counting the bytes currently allocated through it.
-pub(crate) struct Counting<A>(pub(crate) A);
-
-static ALLOCATED: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards to `A` with the caller's arguments unchanged, so it upholds
-// `GlobalAlloc`'s contract exactly as `A` does; the counter is only a side effect.
-// (Bench-only code.)
-#[allow(unsafe_code)]
-unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { self.0.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATED.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged; `ptr` came from `A` with this `layout`.
-        unsafe { self.0.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATED.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { self.0.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATED.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { self.0.realloc(ptr, layout, new_size) }
-    }
-}
 
 /// The timer's bytes as this bench counts them: the allocator's count plus what `timer`
 /// maps itself.
 fn bytes<T: BenchTimer>(timer: &T) -> f64 {
-    (ALLOCATED.load(Ordering::SeqCst) + timer.storage_bytes() as isize) as f64
+    (allocated_bytes() + timer.storage_bytes() as isize) as f64
 }
 
 /// The users' task: a closure that captures an `Arc` and bumps the counter in it.

@@ -8,8 +8,8 @@ mod common;
 mod memory_harness;
 
 #[global_allocator]
-static ALLOCATOR: memory_harness::Counting<mimalloc::MiMalloc> =
-    memory_harness::Counting(mimalloc::MiMalloc);
+static ALLOCATOR: common::counting::Counting<mimalloc::MiMalloc> =
+    common::counting::Counting(mimalloc::MiMalloc);
 
 fn main() {
     memory_harness::main("mimalloc");

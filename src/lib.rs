@@ -41,8 +41,10 @@
 //! ```
 //!
 //! or a [`SystemTimerReaper`] does it on a thread of its own, as Kafka's reaper does.
-//! Expired tasks run on the timer's executor thread (`executor-{name}`), never on the
-//! driving thread.
+//! Expired tasks run on the timer's executor: by default a thread of its own
+//! (`executor-{name}`), never the driving thread; the builder can put them on a
+//! `threadpool::ThreadPool` the service owns, or on any executor, and bound how many it
+//! hands over at once ([`SystemTimerBuilder`]).
 //!
 //! # Testing code that uses a timer
 //!
@@ -143,6 +145,7 @@
 
 mod clock;
 mod future;
+mod lateness;
 mod lock_order;
 mod metrics;
 mod mock;
@@ -161,6 +164,7 @@ pub use crossbeam_channel;
 #[cfg(all(feature = "tokio", unix))]
 pub use future::WorkerTimer;
 pub use future::{Elapsed, Interval, Sleep, Timeout, timeout};
+pub use lateness::Lateness;
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
 pub use purgatory::{

@@ -17,11 +17,15 @@
 //!      of theirs held), and by the handle's `cancel`, which waits on the schedule's `idle`
 //!      condvar with it.
 //! 2. `MockTimer`'s order map (`mock`): taken before its one shard's mutex by `add`,
-//!    `reschedule`, `advance_clock` (released before a task runs), `close` and `stop`.
+//!    `reschedule`, `advance_clock` (released before a task runs), `next_expiration_ms`,
+//!    `close` and `stop`.
 //! 3. A shard's mutex (`store::shard`), which is one stripe of a `SystemTimer`'s
 //!    reader-writer lock (`store::lock`). A reader holds one: `add`, `Timer::reschedule`, a
-//!    flush chunk, a handle's `cancel`, and a cloned handle's `clone`, `drop`, `cancelled`
-//!    and `expiration_ms`. A writer holds all of them, taken in index order:
+//!    flush chunk, a handle's `cancel`, a cloned handle's `clone`, `drop`, `cancelled`
+//!    and `expiration_ms`, a refill taking held tasks out of the backlog
+//!    (`system_timer::backlog`, for a timer with `max_in_flight`), and
+//!    `next_expiration_ms` reading the lists' bounds, then each shard in turn. A writer
+//!    holds all of them, taken in index order:
 //!    `advance_clock` to move the wheel's clocks and detach due lists, `close`, `stop`. No
 //!    one else waits for a second shard's mutex while holding one: an `add` whose shard is
 //!    full only *tries* the others (`try_read`), and `mapped_bytes` and a store's creation
@@ -32,20 +36,26 @@
 //!      add or a flush under a shard's mutex, closed under the write lock, polled under no
 //!      lock. The timer's `Time`, which may be the caller's, is read under it.
 //!    - the flush scheduler's `unfinished` list (`system_timer::flush`): taken under no
-//!      lock at the start and end of an `advance_clock` call, and under the write lock by
-//!      `close` and `stop`.
+//!      lock at the start and end of an `advance_clock` call and by `next_expiration_ms`,
+//!      and under the write lock by `close` and `stop`.
 //!    - the overflow wheel's `OnceLock` (`wheel`): created by an add or a flush's re-add,
 //!      under a read lock.
 //! 5. Leaves taken with no lock of items 2-4 held (one of item 1 may be):
-//!    - the executor's job queue, a `crossbeam-channel` (`threads::executor`): expired
-//!      tasks are counted in flight under the shard's mutex that took them out of the
-//!      store, so that `close` waits for them, and sent once it is released
-//!      (`Executor::hand_over`). The executor's `lock` and `idle` condvar: a `close` waiting
-//!      for the tasks in flight, a pool thread that finished a job. Its `threads`: held by
-//!      `close` and the executor's drop while they send the stop messages into the queue
-//!      and join the pool's threads. Its `buffers`: a flush chunk takes an empty batch
-//!      buffer before it locks its shard (a new one is an allocation), and the pool gives
-//!      buffers back under no lock. The table of its running tasks' names
+//!    - the executor's job queue, a `crossbeam-channel` (`threads::executor`), or the
+//!      caller's executor (a `threadpool::ThreadPool`, or a function: user code, called as
+//!      a task is run, with no lock of the timer held): expired tasks are counted in
+//!      flight under the shard's mutex that took them out of the store, so that `close`
+//!      waits for them, and handed over once it is released (`Executor::hand_over`). On a
+//!      timer with `max_in_flight`, they are held in the shard instead, and a refill, with
+//!      no lock held, takes one shard's mutex at a time (item 3) to take them out, then
+//!      hands them over with none held: run by whoever held a task, once its shard is
+//!      unlocked, and by every thread that finished tasks. The executor's `lock` and
+//!      `idle` condvar: a `close` waiting for the tasks in flight, a thread that finished
+//!      tasks. Its `threads`: held by `close` and the executor's drop while they send the
+//!      stop messages into the queue and join the built-in pool's threads. Its `buffers`:
+//!      a flush chunk takes an empty batch buffer before it locks its shard (a new one is
+//!      an allocation), and the pool gives buffers back under no lock. Lateness is counted
+//!      in atomics (`lateness`), under no lock. The table of the running tasks' names
 //!      (`threads::running`): taken by a pool thread that runs a task of a type it has not
 //!      run before, and by a `close` that gave up waiting, under no lock.
 //!    - the reapers' `stop` and `thread` mutexes (`threads::reaper`), never held together:
@@ -64,8 +74,9 @@
 //!    - a `WorkerTimer`'s relay queue, a `crossbeam-channel` (`future::worker`, feature
 //!      `tokio`): a relayed task's `run` sends on the executor thread, and the relay task
 //!      receives on a runtime's worker and runs what it received with no lock held.
-//!    - metrics (`metrics`): the crate holds no lock of its own there; the recorder's
-//!      handles are set after each `advance_clock` step and at shutdown.
+//!    - metrics (`metrics`): the recorder's handles are set after each `advance_clock`
+//!      step and at shutdown; the only lock of the crate's own there is each lateness
+//!      histogram's `exported` counts, taken then, under no other lock.
 //!
 //! No user code runs and no task is dropped under the locks of items 2-4, but for the
 //! timer's `Time` (above): `delay_ms` is called before locking, tasks run on the executor

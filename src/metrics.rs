@@ -10,15 +10,26 @@
 //! | `timer_added_total` | counter | `timer` | [`TimerStats::added`] |
 //! | `timer_expired_total` | counter | `timer` | [`TimerStats::expired`] |
 //! | `timer_cancelled_total` | counter | `timer` | [`TimerStats::cancelled`] |
+//! | `timer_lateness_seconds` | histogram | `timer` | [`SystemTimer::lateness`](crate::SystemTimer::lateness), in seconds |
 //! | `purgatory_size` | gauge | `delayed_operation` = purgatory name | `watched()` (`PurgatorySize`) |
 //! | `purgatory_num_delayed_operations` | gauge | `delayed_operation` | `num_delayed()` (`NumDelayedOperations`) |
 //! | `purgatory_expires_total` | counter | `delayed_operation` | `expired_count()` (`ExpiresPerSec`, as a count) |
+//! | `purgatory_expiration_lateness_seconds` | histogram | `delayed_operation` | how late each operation completed by expiring expired, in seconds |
 //!
 //! Handles are registered once, when the timer or purgatory is built, with the recorder
 //! installed then; nothing is looked up or allocated per task. The values are read from
 //! counts the timer and the purgatory keep anyway, and set (`Gauge::set`,
 //! `Counter::absolute`) after each `advance_clock` step and at shutdown, so `add` and
-//! `try_complete_else_watch` pay nothing for them.
+//! `try_complete_else_watch` pay nothing for them. The histograms too: lateness is counted
+//! in the crate's own histogram (`crate::lateness`), and what it counted since the last
+//! step goes to the recorder then (`Histogram::record_many`, one call per bucket that
+//! changed, at the bucket's midpoint: within 1.6 % of each value).
+
+use std::sync::Arc;
+
+use crate::lateness::LatenessHistogram;
+#[cfg(feature = "metrics")]
+use crate::lateness::{BUCKETS, midpoint};
 
 /// What a [`SystemTimer`](crate::SystemTimer) did since it was built: see
 /// [`SystemTimer::stats`](crate::SystemTimer::stats).
@@ -40,7 +51,43 @@ pub struct TimerStats {
     pub pending: u64,
 }
 
-/// The timer's gauge and counters, labelled `timer = <executor name>`.
+/// A histogram of the recorder fed from one of the crate's lateness histograms: what that
+/// counted since the last export, at each bucket's midpoint.
+#[cfg(feature = "metrics")]
+struct LatenessExport {
+    source: Arc<LatenessHistogram>,
+    histogram: metrics::Histogram,
+    /// Each bucket's count as of the last export. A leaf mutex: exports are called with no
+    /// lock held (see `crate::lock_order`).
+    exported: parking_lot::Mutex<Box<[u64]>>,
+}
+
+#[cfg(feature = "metrics")]
+impl LatenessExport {
+    fn new(source: Arc<LatenessHistogram>, histogram: metrics::Histogram) -> LatenessExport {
+        LatenessExport {
+            source,
+            histogram,
+            exported: parking_lot::Mutex::new(vec![0; BUCKETS].into_boxed_slice()),
+        }
+    }
+
+    /// Records in seconds what the source counted since the last call.
+    fn export(&self) {
+        let mut exported = self.exported.lock();
+        for (bucket, done) in exported.iter_mut().enumerate() {
+            let count = self.source.bucket(bucket);
+            if count > *done {
+                let seconds = midpoint(bucket) as f64 / 1e6;
+                let new = usize::try_from(count - *done).unwrap_or(usize::MAX);
+                self.histogram.record_many(seconds, new);
+                *done = count;
+            }
+        }
+    }
+}
+
+/// The timer's gauge, counters and histogram, labelled `timer = <executor name>`.
 pub(crate) struct TimerMetrics {
     #[cfg(feature = "metrics")]
     pending: metrics::Gauge,
@@ -50,28 +97,33 @@ pub(crate) struct TimerMetrics {
     expired: metrics::Counter,
     #[cfg(feature = "metrics")]
     cancelled: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    lateness: LatenessExport,
 }
 
 impl TimerMetrics {
-    /// Registers the handles of the timer named `executor_name` with the recorder installed
-    /// now (none: handles that record nothing).
+    /// Registers the handles of the timer named `executor_name`, whose executor counts its
+    /// tasks' lateness in `lateness`, with the recorder installed now (none: handles that
+    /// record nothing).
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-    pub(crate) fn new(executor_name: &str) -> TimerMetrics {
+    pub(crate) fn new(executor_name: &str, lateness: &Arc<LatenessHistogram>) -> TimerMetrics {
         #[cfg(feature = "metrics")]
         {
             let timer = executor_name.to_owned();
+            let histogram = metrics::histogram!("timer_lateness_seconds", "timer" => timer.clone());
             TimerMetrics {
                 pending: metrics::gauge!("timer_pending", "timer" => timer.clone()),
                 added: metrics::counter!("timer_added_total", "timer" => timer.clone()),
                 expired: metrics::counter!("timer_expired_total", "timer" => timer.clone()),
                 cancelled: metrics::counter!("timer_cancelled_total", "timer" => timer),
+                lateness: LatenessExport::new(Arc::clone(lateness), histogram),
             }
         }
         #[cfg(not(feature = "metrics"))]
         TimerMetrics {}
     }
 
-    /// Reports `stats`.
+    /// Reports `stats`, and the lateness counted since the last report.
     #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     #[inline]
     pub(crate) fn record(&self, stats: &TimerStats) {
@@ -81,6 +133,7 @@ impl TimerMetrics {
             self.added.absolute(stats.added);
             self.expired.absolute(stats.expired);
             self.cancelled.absolute(stats.cancelled);
+            self.lateness.export();
         }
     }
 
@@ -126,7 +179,8 @@ pub(crate) struct PurgatoryReading {
     pub(crate) expired: u64,
 }
 
-/// A purgatory's gauges and counter, labelled `delayed_operation = <purgatory name>`.
+/// A purgatory's gauges, counter and histogram, labelled `delayed_operation = <purgatory
+/// name>`.
 pub(crate) struct PurgatoryMetrics {
     #[cfg(feature = "metrics")]
     size: metrics::Gauge,
@@ -134,6 +188,8 @@ pub(crate) struct PurgatoryMetrics {
     num_delayed_operations: metrics::Gauge,
     #[cfg(feature = "metrics")]
     expires: metrics::Counter,
+    #[cfg(feature = "metrics")]
+    expiration_lateness: LatenessExport,
 }
 
 impl PurgatoryMetrics {
@@ -144,6 +200,10 @@ impl PurgatoryMetrics {
         #[cfg(feature = "metrics")]
         {
             let name = purgatory_name.to_owned();
+            let histogram = metrics::histogram!(
+                "purgatory_expiration_lateness_seconds",
+                "delayed_operation" => name.clone()
+            );
             PurgatoryMetrics {
                 size: metrics::gauge!("purgatory_size", "delayed_operation" => name.clone()),
                 num_delayed_operations: metrics::gauge!(
@@ -151,10 +211,23 @@ impl PurgatoryMetrics {
                     "delayed_operation" => name.clone()
                 ),
                 expires: metrics::counter!("purgatory_expires_total", "delayed_operation" => name),
+                expiration_lateness: LatenessExport::new(
+                    Arc::new(LatenessHistogram::new()),
+                    histogram,
+                ),
             }
         }
         #[cfg(not(feature = "metrics"))]
         PurgatoryMetrics {}
+    }
+
+    /// Returns the histogram the purgatory's expiries count their lateness in: with the
+    /// feature only (without it, nothing is counted).
+    pub(crate) fn expiration_lateness(&self) -> Option<Arc<LatenessHistogram>> {
+        #[cfg(feature = "metrics")]
+        return Some(Arc::clone(&self.expiration_lateness.source));
+        #[cfg(not(feature = "metrics"))]
+        None
     }
 
     /// Reports what `reading` returns. Without the feature, `reading` is never called.
@@ -167,6 +240,7 @@ impl PurgatoryMetrics {
             self.size.set(reading.watched as f64);
             self.num_delayed_operations.set(reading.num_delayed as f64);
             self.expires.absolute(reading.expired);
+            self.expiration_lateness.export();
         }
     }
 }

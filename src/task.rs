@@ -233,6 +233,13 @@ impl IntoDelayMs for Duration {
     }
 }
 
+/// A task that came due, on its way to the executor with its expiration, so that the
+/// executor can tell how late it starts.
+pub(crate) struct Expired {
+    pub(crate) task: Box<dyn TimerTask>,
+    pub(crate) expiration_ms: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -139,7 +139,7 @@ impl SystemClock {
     /// Returns the monotonic nanosecond reading ([`Time::nanoseconds`]), without a call
     /// through `dyn Time`.
     #[inline]
-    fn now_ns() -> i64 {
+    pub(crate) fn now_ns() -> i64 {
         i64::try_from(clock::now_ns()).unwrap_or(i64::MAX)
     }
 

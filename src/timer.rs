@@ -44,7 +44,8 @@ pub trait Timer: Send + Sync {
     /// [`AddError::Closed`] once the timer is closed; [`AddError::Full`] when it holds its
     /// maximum of pending tasks ([`SystemTimerBuilder::max_pending`]) or its storage is
     /// full. A task whose delay is zero or negative never waits, so it is never refused
-    /// for being full.
+    /// for being full (but on a timer with
+    /// [`max_in_flight`](crate::SystemTimerBuilder::max_in_flight), where it may wait).
     ///
     /// [`SystemTimerBuilder::max_pending`]: crate::SystemTimerBuilder::max_pending
     ///
@@ -154,7 +155,11 @@ pub trait Timer: Send + Sync {
     ///   first `close` or `stop` of the timer, a deadline all callers share; past it, it
     ///   logs a warning and returns, and the late tasks still finish on the executor thread.
     ///   Called on the executor thread itself (from a task), it does not wait: a task cannot
-    ///   wait for itself, or for the tasks queued behind it.
+    ///   wait for itself, or for the tasks queued behind it. On an executor of the caller's
+    ///   ([`threadpool`](crate::SystemTimerBuilder::threadpool),
+    ///   [`executor`](crate::SystemTimerBuilder::executor)) it waits the same way for the
+    ///   tasks it handed over, not for the executor's other work; called from one of its
+    ///   tasks, for those already running on other threads.
     /// - [`SystemTimerReaper`](crate::SystemTimerReaper) closes its timer as above, then
     ///   waits for its reaper thread to end: an idle one ends in a few milliseconds.
     /// - [`MockTimer`](crate::MockTimer) never blocks: it has no executor, and runs tasks on

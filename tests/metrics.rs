@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, Key, KeyName, Metadata, Recorder, SharedString,
-    Unit,
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
 };
 use timingwheel::{
     Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, MockTimer, SystemTimer, Timer,
@@ -46,23 +46,55 @@ impl GaugeFn for Cell {
     }
 }
 
+/// One histogram's samples, in the order recorded.
+#[derive(Default)]
+struct Samples(Mutex<Vec<f64>>);
+
+impl HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        self.0.lock().unwrap().push(value);
+    }
+}
+
 /// Keeps every metric registered with it, by `name{label=value,...}`.
 #[derive(Default)]
 struct Capture {
     cells: Mutex<BTreeMap<String, Arc<Cell>>>,
+    histograms: Mutex<BTreeMap<String, Arc<Samples>>>,
     /// `register_*` calls, to prove the handles are registered once, not per task.
     registrations: AtomicUsize,
+}
+
+/// `name{label=value,...}` of `key`.
+fn full_name(key: &Key) -> String {
+    let labels: Vec<String> = key
+        .labels()
+        .map(|label| format!("{}={}", label.key(), label.value()))
+        .collect();
+    format!("{}{{{}}}", key.name(), labels.join(","))
 }
 
 impl Capture {
     fn cell(&self, key: &Key) -> Arc<Cell> {
         self.registrations.fetch_add(1, Ordering::SeqCst);
-        let labels: Vec<String> = key
-            .labels()
-            .map(|label| format!("{}={}", label.key(), label.value()))
-            .collect();
-        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        let name = full_name(key);
         Arc::clone(self.cells.lock().unwrap().entry(name).or_default())
+    }
+
+    fn samples(&self, key: &Key) -> Arc<Samples> {
+        self.registrations.fetch_add(1, Ordering::SeqCst);
+        let name = full_name(key);
+        Arc::clone(self.histograms.lock().unwrap().entry(name).or_default())
+    }
+
+    /// The samples recorded so far in the histogram `name{label}`.
+    fn histogram(&self, name: &str, label: &str) -> Vec<f64> {
+        let key = format!("{name}{{{label}}}");
+        let histograms = self.histograms.lock().unwrap();
+        let samples = histograms
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key} not registered: {:?}", histograms.keys()));
+        samples.0.lock().unwrap().clone()
     }
 
     /// The counter or gauge `name{label}`, as its raw `u64`.
@@ -84,7 +116,10 @@ impl Capture {
     }
 
     fn names(&self) -> Vec<String> {
-        self.cells.lock().unwrap().keys().cloned().collect()
+        let mut names: Vec<String> = self.cells.lock().unwrap().keys().cloned().collect();
+        names.extend(self.histograms.lock().unwrap().keys().cloned());
+        names.sort();
+        names
     }
 }
 
@@ -99,7 +134,7 @@ impl Recorder for Capture {
         Gauge::from_arc(self.cell(key))
     }
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        panic!("no histogram expected: {key:?}")
+        Histogram::from_arc(self.samples(key))
     }
 }
 
@@ -117,6 +152,7 @@ fn the_timer_reports_its_stats_after_each_advance_and_at_close() {
             "timer_added_total{timer=orders}",
             "timer_cancelled_total{timer=orders}",
             "timer_expired_total{timer=orders}",
+            "timer_lateness_seconds{timer=orders}",
             "timer_pending{timer=orders}",
         ]
     );
@@ -158,7 +194,7 @@ fn the_handles_are_registered_once_per_timer_not_per_task() {
             .build()
     });
     let registered = capture.registrations.load(Ordering::SeqCst);
-    assert_eq!(registered, 4);
+    assert_eq!(registered, 5);
     metrics::with_local_recorder(&capture, || {
         for i in 0..1_000 {
             timer.add(timer_task(i % 50, || {}));
@@ -244,12 +280,76 @@ fn a_purgatory_on_its_own_system_timer_reports_both() {
         "purgatory_size{delayed_operation=Fetch}",
         "purgatory_num_delayed_operations{delayed_operation=Fetch}",
         "purgatory_expires_total{delayed_operation=Fetch}",
+        "purgatory_expiration_lateness_seconds{delayed_operation=Fetch}",
         "timer_pending{timer=Fetch}",
         "timer_added_total{timer=Fetch}",
         "timer_expired_total{timer=Fetch}",
         "timer_cancelled_total{timer=Fetch}",
+        "timer_lateness_seconds{timer=Fetch}",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
     }
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 9, "{names:?}");
+}
+
+/// True if `got` is within 1.6 % (a bucket's midpoint) of `want`.
+fn close_to(got: f64, want: f64) -> bool {
+    (got - want).abs() <= want / 64.0
+}
+
+#[test]
+fn the_timer_reports_how_late_its_tasks_started_at_the_next_step() {
+    const LABEL: &str = "timer=late";
+    let capture = Capture::default();
+    let time = MockTime::new();
+    let timer = metrics::with_local_recorder(&capture, || {
+        SystemTimer::builder("late")
+            .time(time.clone())
+            .executor(|job| job())
+            .build()
+    });
+    timer.add(timer_task(10, || {}));
+    timer.add(timer_task(20, || {}));
+    // The first list comes due 30 ms late, the second 20 ms late: run inline, at once.
+    time.sleep(40);
+    while timer.advance_clock(0) {}
+    let mut seconds = capture.histogram("timer_lateness_seconds", LABEL);
+    seconds.sort_by(f64::total_cmp);
+    assert_eq!(seconds.len(), 2, "{seconds:?}");
+    assert!(
+        close_to(seconds[0], 0.020) && close_to(seconds[1], 0.030),
+        "{seconds:?}"
+    );
+    let lateness = timer.lateness();
+    assert_eq!((lateness.count, lateness.max_us), (2, 30_000));
+    // Reported once: the next step adds nothing new.
+    timer.advance_clock(0);
+    assert_eq!(capture.histogram("timer_lateness_seconds", LABEL).len(), 2);
+}
+
+#[test]
+fn a_purgatory_reports_how_late_its_operations_expired() {
+    const LABEL: &str = "delayed_operation=Late";
+    let capture = Capture::default();
+    let timer = Arc::new(MockTimer::new());
+    let purgatory = metrics::with_local_recorder(&capture, || {
+        DelayedOperationPurgatory::<u32, Waiting>::builder("Late")
+            .timer(Arc::clone(&timer))
+            .reaper_enabled(false)
+            .build()
+    });
+    let (expiring, completed) = (Delayed::new(Waiting), Delayed::new(Waiting));
+    purgatory.try_complete_else_watch(&expiring, &[1]);
+    purgatory.try_complete_else_watch(&completed, &[2]);
+    completed.force_complete();
+    // Its 100 ms delay passes, and the timer runs its expiry 25 ms after that.
+    purgatory.advance_clock(125);
+    assert_eq!(purgatory.expired_count(), 1);
+    let seconds = capture.histogram("purgatory_expiration_lateness_seconds", LABEL);
+    assert_eq!(
+        seconds.len(),
+        1,
+        "completed operations do not count: {seconds:?}"
+    );
+    assert!(close_to(seconds[0], 0.025), "{seconds:?}");
 }

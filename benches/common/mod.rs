@@ -8,6 +8,8 @@
 // Each bench binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub(crate) mod counting;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::lateness::{RunningLate, late_us};
 use crate::store::{EntryKey, Shard, Shards, TimerTaskEntry};
 use crate::task::TimerTask;
 use crate::timer::{AddError, Timer};
@@ -132,7 +133,7 @@ impl MockTimer {
         MockTimer {
             time,
             order: Mutex::new(Order::default()),
-            entries: Shards::take(1, None),
+            entries: Shards::take(1, None, None),
             closed: AtomicBool::new(false),
         }
     }
@@ -146,20 +147,55 @@ impl MockTimer {
         self.entries[0]
     }
 
-    /// Takes the first pending task due at `now_ms`, if any.
-    fn take_due(&self, now_ms: i64) -> Option<Box<dyn TimerTask>> {
+    /// Takes the first pending task due at `now_ms`, if any, with its expiration.
+    fn take_due(&self, now_ms: i64) -> Option<(Box<dyn TimerTask>, i64)> {
         let mut order = self.order.lock();
         loop {
             let entry = order.by_expiration.first_entry()?;
-            if entry.key().0 > now_ms {
+            let expiration_ms = entry.key().0;
+            if expiration_ms > now_ms {
                 return None;
             }
             let key = entry.remove();
             order.by_key.remove(&key);
             // `None`: cancelled since; its map entry was all that was left.
             if let Some(task) = self.shard().lock().take(key) {
-                return Some(task);
+                return Some((task, expiration_ms));
             }
+        }
+    }
+
+    /// Returns the earliest expiration among the pending tasks, or `None` when no task is
+    /// pending: the next time [`advance_clock`](Timer::advance_clock) would run one.
+    ///
+    /// Drops the entries of cancelled tasks it finds ahead of it, so a call costs O(1)
+    /// amortized, plus O(log n) per such entry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTimer, Timer};
+    ///
+    /// let timer = MockTimer::new();
+    /// let now = timer.time().hi_res_clock_ms();
+    /// assert_eq!(timer.next_expiration_ms(), None);
+    /// let first = timer.add(timer_task(20, || {}));
+    /// timer.add(timer_task(30, || {}));
+    /// assert_eq!(timer.next_expiration_ms(), Some(now + 20));
+    /// first.cancel();
+    /// assert_eq!(timer.next_expiration_ms(), Some(now + 30));
+    /// ```
+    pub fn next_expiration_ms(&self) -> Option<i64> {
+        let mut order = self.order.lock();
+        let shard = self.shard().lock();
+        loop {
+            let entry = order.by_expiration.first_entry()?;
+            if shard.is_live(*entry.get()) {
+                return Some(entry.key().0);
+            }
+            // Cancelled since: its map entry was all that was left.
+            let key = entry.remove();
+            order.by_key.remove(&key);
         }
     }
 }
@@ -273,7 +309,9 @@ impl Timer for MockTimer {
         self.time.sleep(timeout_ms.max(0));
         let now_ms = self.time.hi_res_clock_ms();
         let mut ran = false;
-        while let Some(task) = self.take_due(now_ms) {
+        while let Some((task, expiration_ms)) = self.take_due(now_ms) {
+            // What a purgatory's expiry reports as its lateness, as on a `SystemTimer`.
+            let _running = RunningLate::enter(late_us(self.time.nanoseconds_wide(), expiration_ms));
             task.run();
             ran = true;
         }

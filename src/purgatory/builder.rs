@@ -311,14 +311,15 @@ where
         let timer = self
             .timer
             .unwrap_or_else(|| Arc::new(SystemTimer::new(&self.purgatory_name)));
+        let metrics = PurgatoryMetrics::new(&self.purgatory_name);
         let inner = Arc::new(Inner {
             watch_lists: WatchLists::new(),
             purged_operations: AtomicUsize::new(0),
-            expired: ExpiredCount::new(),
+            expired: ExpiredCount::new(metrics.expiration_lateness()),
             shut_down: AtomicBool::new(false),
             warned_closed: AtomicBool::new(false),
             warned_full: AtomicBool::new(false),
-            metrics: PurgatoryMetrics::new(&self.purgatory_name),
+            metrics,
             purgatory_name: self.purgatory_name,
             broker_id: self.broker_id,
             timer,

@@ -49,6 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
+use crate::lateness::{LatenessHistogram, running_late_us};
 use crate::store::TimerTaskEntry;
 use crate::task::TimerTask;
 
@@ -499,7 +500,9 @@ impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
     }
 
     fn run(self: Box<Self>) {
-        self.operation.expire(self.expired.counter());
+        if self.operation.expire(self.expired.counter()) {
+            self.expired.record_lateness();
+        }
     }
 }
 
@@ -517,14 +520,23 @@ pub(crate) struct ExpiredCount {
 
 /// One stripe of an [`ExpiredCount`], with its reference count on cache lines of its own.
 #[repr(align(128))]
-pub(crate) struct ExpiredStripe(AtomicU64);
+pub(crate) struct ExpiredStripe {
+    count: AtomicU64,
+    /// Where expiries count how late they ran, if anywhere (the `metrics` feature).
+    lateness: Option<Arc<LatenessHistogram>>,
+}
 
 impl ExpiredCount {
-    /// A count of zero.
-    pub(crate) fn new() -> ExpiredCount {
+    /// A count of zero, whose expiries count how late they ran in `lateness`, if given.
+    pub(crate) fn new(lateness: Option<Arc<LatenessHistogram>>) -> ExpiredCount {
         ExpiredCount {
             stripes: (0..EXPIRED_STRIPES)
-                .map(|_| Arc::new(ExpiredStripe(AtomicU64::new(0))))
+                .map(|_| {
+                    Arc::new(ExpiredStripe {
+                        count: AtomicU64::new(0),
+                        lateness: lateness.clone(),
+                    })
+                })
                 .collect(),
         }
     }
@@ -533,7 +545,7 @@ impl ExpiredCount {
     pub(crate) fn total(&self) -> u64 {
         self.stripes
             .iter()
-            .map(|stripe| stripe.0.load(Ordering::Relaxed))
+            .map(|stripe| stripe.count.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -548,6 +560,16 @@ impl ExpiredCount {
 impl ExpiredStripe {
     /// The stripe's counter.
     pub(crate) fn counter(&self) -> &AtomicU64 {
-        &self.0
+        &self.count
+    }
+
+    /// Counts how late the expiry this thread is running started, as its timer measured
+    /// it (`crate::lateness`), if lateness is counted at all.
+    fn record_lateness(&self) {
+        if let Some(lateness) = &self.lateness
+            && let Some(late_us) = running_late_us()
+        {
+            lateness.record(late_us);
+        }
     }
 }

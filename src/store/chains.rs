@@ -294,6 +294,48 @@ impl Chains {
         Some(index)
     }
 
+    /// Takes the oldest entry of list `id` out, detached or not, and returns its slot (a
+    /// list used as a queue: its entries come out in the order they went in, but for
+    /// cancels); `None` once the list is empty.
+    pub(crate) fn pop_oldest(&mut self, id: u32) -> Option<u32> {
+        if let Some(index) = self.pop_detached(id) {
+            return Some(index);
+        }
+        self.detach(id);
+        self.pop_detached(id)
+    }
+
+    /// Returns the slot of the entry [`pop_oldest`](Chains::pop_oldest) would take.
+    pub(crate) fn oldest(&self, id: u32) -> Option<u32> {
+        let part = self.parts.get(id as usize)?;
+        if part.detached.bottom != NIL {
+            return Some(self.entry(part.detached.bottom, part.head as usize));
+        }
+        (part.current.bottom != NIL).then(|| self.entry(part.current.bottom, 0))
+    }
+
+    /// Returns the list the entry at `loc` is in.
+    pub(crate) fn list_of(&self, loc: Loc) -> u32 {
+        self.header(loc.block(), LIST)
+    }
+
+    /// Calls `f` with the slot of every entry of list `id` in this shard, detached ones
+    /// first, each chain oldest first.
+    pub(crate) fn for_each_entry(&self, id: u32, mut f: impl FnMut(u32)) {
+        let Some(part) = self.parts.get(id as usize) else {
+            return;
+        };
+        for (chain, head) in [(part.detached, part.head), (part.current, 0)] {
+            let mut block = chain.bottom;
+            while block != NIL {
+                let from = if block == chain.bottom { head } else { 0 } as usize;
+                let len = self.header(block, LEN) as usize;
+                (from..len).for_each(|offset| f(self.entry(block, offset)));
+                block = self.header(block, PREV);
+            }
+        }
+    }
+
     /// Takes the emptied block `top` off the top of one of list `id`'s chains.
     #[cold]
     fn drop_top(&mut self, id: u32, top: u32, current: bool) {
@@ -394,18 +436,7 @@ impl Chains {
     #[cfg(test)]
     pub(crate) fn entries(&self, id: u32) -> Vec<u32> {
         let mut out = Vec::new();
-        let Some(part) = self.parts.get(id as usize) else {
-            return out;
-        };
-        for (chain, head) in [(part.detached, part.head), (part.current, 0)] {
-            let mut block = chain.bottom;
-            while block != NIL {
-                let from = if block == chain.bottom { head } else { 0 } as usize;
-                let len = self.header(block, LEN) as usize;
-                out.extend((from..len).map(|offset| self.entry(block, offset)));
-                block = self.header(block, PREV);
-            }
-        }
+        self.for_each_entry(id, |index| out.push(index));
         out
     }
 }
@@ -551,6 +582,27 @@ mod tests {
         for index in live {
             m.remove(index);
         }
+        assert_eq!(m.chains.blocks_in_use(), 0);
+    }
+
+    #[test]
+    fn a_list_used_as_a_queue_gives_its_entries_back_in_the_order_they_went_in() {
+        let mut m = Model::new();
+        for index in 0..300 {
+            m.push(0, index);
+        }
+        assert_eq!(m.chains.oldest(0), Some(0));
+        let first: Vec<u32> = (0..100).map(|_| m.chains.pop_oldest(0).unwrap()).collect();
+        for index in 300..600 {
+            m.push(0, index);
+        }
+        let mut rest = Vec::new();
+        while let Some(index) = m.chains.oldest(0) {
+            assert_eq!(m.chains.pop_oldest(0), Some(index));
+            rest.push(index);
+        }
+        assert_eq!(first, (0..100).collect::<Vec<u32>>());
+        assert_eq!(rest, (100..600).collect::<Vec<u32>>());
         assert_eq!(m.chains.blocks_in_use(), 0);
     }
 

@@ -46,12 +46,18 @@ pub(crate) struct WriteGuard<'a, T> {
 
 impl<T> StripedRwLock<T> {
     /// Creates the lock around `value`, with `stripes` shards (a power of two). With
-    /// `pending`, the shards keep the timer's exact count of pending entries there.
-    pub(crate) fn new(value: T, stripes: usize, pending: Option<Arc<AtomicUsize>>) -> Self {
+    /// `pending` and `held`, the shards keep the timer's counts of pending and held entries
+    /// there (see `ShardState::reset`).
+    pub(crate) fn new(
+        value: T,
+        stripes: usize,
+        pending: Option<Arc<AtomicUsize>>,
+        held: Option<Arc<AtomicUsize>>,
+    ) -> Self {
         assert!(stripes.is_power_of_two());
         StripedRwLock {
             value,
-            shards: Shards::take(stripes, pending),
+            shards: Shards::take(stripes, pending, held),
         }
     }
 
@@ -200,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_writer_excludes_readers_on_every_stripe() {
-        let lock = StripedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4, None);
+        let lock = StripedRwLock::new((AtomicUsize::new(0), AtomicBool::new(false)), 4, None, None);
         thread::scope(|s| {
             for t in 0..4 {
                 let lock = &lock;
@@ -227,7 +233,7 @@ mod tests {
 
     #[test]
     fn readers_of_different_stripes_do_not_wait_for_each_other() {
-        let lock = StripedRwLock::new((), 8, None);
+        let lock = StripedRwLock::new((), 8, None, None);
         let held = lock.read(0);
         assert!(lock.try_read(0).is_none());
         thread::scope(|s| {

@@ -32,5 +32,5 @@ pub use handle::TimerTaskEntry;
 pub(crate) use lock::{ReadGuard, StripedRwLock, WriteGuard, thread_hint};
 pub(crate) use pool::Shards;
 pub(crate) use released::Released;
-pub(crate) use shard::{Count, Entry, Shard, ShardState};
+pub(crate) use shard::{Count, Entry, HELD_LIST, Shard, ShardState};
 pub(crate) use slots::EntryKey;

@@ -29,8 +29,13 @@ pub(crate) struct Shards(Box<[&'static Shard]>);
 
 impl Shards {
     /// Takes `count` shards from the pool (making new ones if it runs out). With `pending`,
-    /// the shards keep the timer's exact count of pending entries there.
-    pub(crate) fn take(count: usize, pending: Option<Arc<AtomicUsize>>) -> Shards {
+    /// the shards keep the timer's exact count of pending entries there; with `held`, of
+    /// held ones (see `ShardState::reset`).
+    pub(crate) fn take(
+        count: usize,
+        pending: Option<Arc<AtomicUsize>>,
+        held: Option<Arc<AtomicUsize>>,
+    ) -> Shards {
         let mut pool = POOL.lock();
         let shards: Box<[&'static Shard]> = (0..count)
             .map(|_| {
@@ -40,7 +45,7 @@ impl Shards {
             .collect();
         drop(pool);
         for shard in &shards {
-            shard.lock().reset(pending.clone());
+            shard.lock().reset(pending.clone(), held.clone());
         }
         Shards(shards)
     }
@@ -72,7 +77,7 @@ impl Drop for Shards {
         for shard in self.0.iter() {
             let mut state = shard.lock();
             cleared.absorb(state.clear());
-            state.reset(None);
+            state.reset(None, None);
         }
         // Whatever was still waiting is dropped here, with no lock held.
         drop(cleared);

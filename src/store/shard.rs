@@ -17,7 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -26,7 +26,11 @@ use super::clones::Clones;
 use super::released::Released;
 use super::slots::{EntryKey, Slots};
 use crate::prefetch::prefetch;
-use crate::task::TimerTask;
+use crate::task::{Expired, TimerTask};
+
+/// The list that holds a timer's due tasks while its executor is at `max_in_flight`: the
+/// backlog, a queue (see `system_timer::backlog`). The wheel's lists come after it.
+pub(crate) const HELD_LIST: u32 = 0;
 
 /// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
 /// without the task).
@@ -88,6 +92,12 @@ pub(crate) struct ShardState {
     /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
     /// bound: every entry that leaves this shard takes itself off.
     pending: Option<Arc<AtomicUsize>>,
+    /// Entries in this shard's backlog ([`HELD_LIST`]).
+    held: usize,
+    /// The held entries of the whole timer, kept when it has a `max_in_flight` bound: every
+    /// entry that enters or leaves the backlog counts itself, with `SeqCst` (see
+    /// `threads::executor`, "The bound on tasks in flight").
+    held_total: Option<Arc<AtomicUsize>>,
 }
 
 impl ShardState {
@@ -98,6 +108,8 @@ impl ShardState {
             flushed: Vec::new(),
             clones: Clones::default(),
             pending: None,
+            held: 0,
+            held_total: None,
         }
     }
 
@@ -257,9 +269,90 @@ impl ShardState {
         if loc == Loc::UNLISTED {
             return;
         }
+        if self.held > 0 {
+            self.count_out_if_held(loc);
+        }
         if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
         }
+    }
+
+    /// Puts the unlisted entry in slot `index`, which is due, into the backlog: it stays
+    /// pending, and cancellable, until [`take_held`](Self::take_held) takes it out.
+    pub(crate) fn hold(&mut self, index: u32) {
+        self.link(HELD_LIST, index);
+        self.held += 1;
+        if let Some(total) = &self.held_total {
+            total.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts the entry at `loc`, which is leaving its list, out of the backlog if that is
+    /// its list. Apart, so that a cancel on a timer that holds nothing does not carry it.
+    #[cold]
+    fn count_out_if_held(&mut self, loc: Loc) {
+        if self.chains.list_of(loc) == HELD_LIST {
+            self.count_held_out(1);
+        }
+    }
+
+    /// Counts `count` entries out of the backlog.
+    fn count_held_out(&mut self, count: usize) {
+        self.held -= count;
+        if let Some(total) = &self.held_total {
+            total.fetch_sub(count, Ordering::SeqCst);
+        }
+    }
+
+    /// Returns the expiration of the oldest entry of the backlog: the one
+    /// [`take_held`](Self::take_held) takes next.
+    pub(crate) fn oldest_held_ms(&self) -> Option<i64> {
+        if self.held == 0 {
+            return None;
+        }
+        let index = self.chains.oldest(HELD_LIST)?;
+        Some(self.slots.get(index).expiration_ms())
+    }
+
+    /// Takes entries out of the backlog, oldest first, and appends their tasks to `out`: at
+    /// most `max`, and after the first only while they expire no later than `until_ms`.
+    /// Returns how many (the caller counts them expired).
+    pub(crate) fn take_held(&mut self, max: usize, until_ms: i64, out: &mut Vec<Expired>) -> usize {
+        let mut taken = 0;
+        while taken < max {
+            let Some(expiration_ms) = self.oldest_held_ms() else {
+                break;
+            };
+            if taken > 0 && expiration_ms > until_ms {
+                break;
+            }
+            let Some(index) = self.chains.pop_oldest(HELD_LIST) else {
+                break;
+            };
+            self.count_held_out(1);
+            // Out of its list already: its slot's place is stale.
+            let (task, _) = self.slots.vacate(index);
+            if let Some(pending) = &self.pending {
+                pending.fetch_sub(1, Ordering::Relaxed);
+            }
+            out.push(Expired {
+                task,
+                expiration_ms,
+            });
+            taken += 1;
+        }
+        taken
+    }
+
+    /// Returns the earliest expiration among the entries of list `id` in this shard, by
+    /// reading each of them.
+    pub(crate) fn min_expiration(&self, id: u32) -> Option<i64> {
+        let mut min = None;
+        self.chains.for_each_entry(id, |index| {
+            let expiration_ms = self.slots.get(index).expiration_ms();
+            min = Some(min.map_or(expiration_ms, |min: i64| min.min(expiration_ms)));
+        });
+        min
     }
 
     /// Empties the shard and returns what it held, tasks included, for the caller to drop
@@ -268,6 +361,7 @@ impl ShardState {
         if let Some(pending) = &self.pending {
             pending.fetch_sub(self.slots.len(), Ordering::Relaxed);
         }
+        self.count_held_out(self.held);
         let mut released = self.take_released();
         released.holds_tasks = true;
         self.slots.chunks().clear(&mut released.slots);
@@ -275,10 +369,12 @@ impl ShardState {
         released
     }
 
-    /// Readies a pooled shard for a new timer: `pending` to keep (the guard resets the
-    /// counts, see `ShardGuard::reset`).
-    fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
+    /// Readies a pooled shard for a new timer: `pending` and `held_total` to keep (see
+    /// their fields; the guard resets the counts, see `ShardGuard::reset`).
+    fn reset(&mut self, pending: Option<Arc<AtomicUsize>>, held_total: Option<Arc<AtomicUsize>>) {
+        debug_assert_eq!(self.held, 0);
         self.pending = pending;
+        self.held_total = held_total;
     }
 
     /// Returns the chunks emptied since the last call, to be unmapped with no lock held.
@@ -307,6 +403,8 @@ pub(crate) struct Shard {
     /// The [`Counts`], by [`Count`]: written under `state`'s lock (a load and a store, not a
     /// locked read-modify-write), read without it.
     counts: [AtomicU64; 5],
+    /// `ShardState::oldest_held_ms`, published at each unlock (`i64::MAX`: none held).
+    oldest_held_ms: AtomicI64,
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
@@ -317,6 +415,7 @@ impl Shard {
         Shard {
             state: Mutex::new(ShardState::new()),
             counts: [const { AtomicU64::new(0) }; 5],
+            oldest_held_ms: AtomicI64::new(i64::MAX),
             urgent: AtomicUsize::new(0),
         }
     }
@@ -372,6 +471,24 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// Returns the expiration of the oldest entry of the backlog, as of the last
+    /// publication (`i64::MAX`: none).
+    pub(crate) fn oldest_held_ms(&self) -> i64 {
+        self.oldest_held_ms.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the expiration of the oldest held entry (at the unlock: a refill looks for
+    /// held entries in the shards that published some first). Only a timer with
+    /// `max_in_flight` holds entries: for any other, one load and nothing to do.
+    fn publish_oldest_held(&self, state: &ShardState) {
+        if state.held_total.is_some() {
+            let oldest_held_ms = state.oldest_held_ms().unwrap_or(i64::MAX);
+            self.oldest_held_ms.store(oldest_held_ms, Ordering::Relaxed);
+        }
+    }
+}
+
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shard")
@@ -405,12 +522,17 @@ impl ShardGuard<'_> {
         ShardState::clear(self)
     }
 
-    /// Readies a pooled shard for a new timer: no counts, and `pending` to keep.
-    pub(crate) fn reset(&mut self, pending: Option<Arc<AtomicUsize>>) {
+    /// Readies a pooled shard for a new timer: no counts, and `pending` and `held_total` to
+    /// keep.
+    pub(crate) fn reset(
+        &mut self,
+        pending: Option<Arc<AtomicUsize>>,
+        held_total: Option<Arc<AtomicUsize>>,
+    ) {
         for counter in &self.shard.counts {
             counter.store(0, Ordering::Relaxed);
         }
-        ShardState::reset(self, pending);
+        ShardState::reset(self, pending, held_total);
     }
 }
 
@@ -436,6 +558,7 @@ impl Drop for ShardGuard<'_> {
         let Some(mut state) = self.state.take() else {
             return;
         };
+        self.shard.publish_oldest_held(&state);
         let released = state.has_released().then(|| state.take_released());
         if self.shard.urgent.load(Ordering::SeqCst) != 0 {
             MutexGuard::unlock_fair(state);

@@ -1,15 +1,17 @@
 //! [`SystemTimerBuilder`]: a `SystemTimer` with another tick, wheel size, start, clock,
-//! bound or executor pool than Kafka's defaults.
+//! bound or executor than Kafka's defaults.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use super::SystemTimer;
+use super::backlog::Backlog;
 use super::flush::{Chunking, Flusher};
+use crate::lateness::LatenessHistogram;
 use crate::metrics::TimerMetrics;
 use crate::store::StripedRwLock;
 use crate::threads::delay_queue::DelayQueue;
-use crate::threads::executor::Executor;
+use crate::threads::executor::{Executor, ExecutorKind, HeldTasks};
 use crate::time::{SystemClock, Time};
 #[cfg(doc)]
 use crate::timer::{AddError, Timer};
@@ -36,12 +38,13 @@ pub struct SystemTimerBuilder {
     system_clock: bool,
     chunking: Chunking,
     max_pending: Option<usize>,
-    executor_threads: usize,
+    executor: ExecutorKind,
+    max_in_flight: Option<usize>,
 }
 
 impl SystemTimerBuilder {
     /// Kafka's defaults: tick 1 ms, wheel size 20, started at the clock's reading when
-    /// built, the system clock, one executor thread, no bound.
+    /// built, the system clock, one executor thread, no bounds.
     pub(super) fn new(executor_name: &str) -> SystemTimerBuilder {
         SystemTimerBuilder {
             executor_name: executor_name.to_owned(),
@@ -52,15 +55,17 @@ impl SystemTimerBuilder {
             system_clock: true,
             chunking: Chunking::DEFAULT,
             max_pending: None,
-            executor_threads: 1,
+            executor: ExecutorKind::Threads(1),
+            max_in_flight: None,
         }
     }
 
     /// Bounds the tasks that wait at once (Netty's `maxPendingTimeouts`): beyond
     /// `max_pending`, [`try_add`](Timer::try_add) returns [`AddError::Full`] and
     /// [`add`](Timer::add) a refused entry. A task whose delay is zero or negative never
-    /// waits, so it is never refused for being full. Default: no bound but the storage's
-    /// (2^24 tasks per shard).
+    /// waits, so it is never refused for being full, unless
+    /// [`max_in_flight`](Self::max_in_flight) makes it wait. Default: no bound but the
+    /// storage's (2^24 tasks per shard).
     ///
     /// The count is exact across threads: a bounded timer keeps one more shared counter,
     /// which every add and every departure of a task updates.
@@ -84,13 +89,17 @@ impl SystemTimerBuilder {
 
     /// Sets the number of threads of the executor pool that runs expired tasks (default 1,
     /// as Kafka's `newFixedThreadPool(1)`). One thread is named `executor-{name}`; more are
-    /// named `executor-{name}-{i}`, `i` from 0.
+    /// named `executor-{name}-{i}`, `i` from 0. The timer starts these threads and joins
+    /// them when it closes.
     ///
     /// With one thread, tasks run one after another in the order they expired. With more,
     /// a slow task holds up only its own thread: the tasks that expired with it run on the
     /// others, so tasks can run concurrently and out of expiry order. Exactly-once, the
     /// catching of panics and `close`'s waiting hold for any count; `close` called from a
     /// task waits for the other threads' tasks, not for its own.
+    ///
+    /// This, [`threadpool`](Self::threadpool) and [`executor`](Self::executor) each say
+    /// where expired tasks run: the last one called wins.
     ///
     /// # Panics
     ///
@@ -115,7 +124,160 @@ impl SystemTimerBuilder {
             threads > 0,
             "SystemTimerBuilder::executor_threads: threads must be positive, got {threads}"
         );
-        self.executor_threads = threads;
+        self.executor = ExecutorKind::Threads(threads);
+        self
+    }
+
+    /// Runs expired tasks on `pool`, a [`threadpool::ThreadPool`] the caller owns and may
+    /// share with other work: a service's request work and its timeouts on one pool.
+    ///
+    /// The timer starts no thread of its own to run tasks, and never names or joins the
+    /// pool's threads. Each expired task is a job of its own (`pool.execute`), so tasks due
+    /// together run concurrently, in no order, as the pool's threads allow. Exactly-once and
+    /// the catching and logging of a task's panic hold as on the built-in pool (the pool
+    /// never sees the panic). [`close`](Timer::close) and [`stop`](Timer::stop) wait, within
+    /// their bound, for the tasks this timer handed to the pool, not for the pool's other
+    /// work; called from one of those tasks, they wait for the ones already running on
+    /// other threads, not for those still queued in the pool (they may be queued behind
+    /// the caller). Dropping the timer does not stop the pool.
+    ///
+    /// Replaces [`executor_threads`](Self::executor_threads) and
+    /// [`executor`](Self::executor): the last one called wins.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use threadpool::ThreadPool;
+    /// use timingwheel::{timer_task, SystemTimer, Timer};
+    ///
+    /// let pool = ThreadPool::with_name("service".into(), 4);
+    /// let timer = SystemTimer::builder("timeouts").threadpool(pool.clone()).build();
+    /// let (tx, rx) = mpsc::channel();
+    /// timer.add(timer_task(0, move || {
+    ///     tx.send(std::thread::current().name().map(str::to_owned)).unwrap()
+    /// }));
+    /// assert_eq!(rx.recv().unwrap().as_deref(), Some("service"));
+    /// timer.close();
+    /// pool.join(); // the pool is the caller's: it outlives the timer
+    /// ```
+    pub fn threadpool(mut self, pool: threadpool::ThreadPool) -> Self {
+        self.executor = ExecutorKind::Threadpool(pool);
+        self
+    }
+
+    /// Runs expired tasks through `execute`, which is given each task as a job,
+    /// `Box<dyn FnOnce() + Send>`, and must call every job it is given exactly once, on any
+    /// thread: `rayon::spawn`, tokio's `spawn_blocking` (through a runtime handle), or
+    /// `|job| job()` to run tiny tasks inline, on the thread that hands them over (the
+    /// driver calling [`advance_clock`](Timer::advance_clock), or, for a task due at once,
+    /// the caller of [`add`](Timer::add)).
+    ///
+    /// `execute` is called with no lock of the timer held, once per task. The contract is
+    /// the built-in pool's: exactly-once; a task's panic caught and logged inside the job;
+    /// [`close`](Timer::close) and [`stop`](Timer::stop) wait, within their bound, for the
+    /// jobs handed over (called from one of them: for those already running on other
+    /// threads). A job dropped without being run breaks exactly-once: its task is dropped,
+    /// unrun, and the timer logs it at `error!` (and so a panic out of `execute`).
+    ///
+    /// An executor that runs jobs inline runs a task inside the call that hands it over:
+    /// `advance_clock`, or an `add` or `reschedule` of a task due at once, as
+    /// [`MockTimer`](crate::MockTimer) does (with [`max_in_flight`](Self::max_in_flight),
+    /// any call that holds a due task may hand over, and so run, other held ones). A lock
+    /// that the caller holds across such a call and that the task takes deadlocks there.
+    ///
+    /// Replaces [`executor_threads`](Self::executor_threads) and
+    /// [`threadpool`](Self::threadpool): the last one called wins.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer};
+    ///
+    /// // Tiny tasks, run inline by whoever drives the timer.
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("inline")
+    ///     .time(time.clone())
+    ///     .executor(|job| job())
+    ///     .build();
+    /// let fired = Arc::new(AtomicUsize::new(0));
+    /// let counter = fired.clone();
+    /// timer.add(timer_task(10, move || {
+    ///     counter.fetch_add(1, Ordering::SeqCst);
+    /// }));
+    /// time.sleep(10);
+    /// assert!(timer.advance_clock(0));
+    /// assert_eq!(fired.load(Ordering::SeqCst), 1, "ran inside advance_clock");
+    /// ```
+    pub fn executor(
+        mut self,
+        execute: impl Fn(Box<dyn FnOnce() + Send>) + Send + Sync + 'static,
+    ) -> Self {
+        self.executor = ExecutorKind::Function(Arc::new(execute));
+        self
+    }
+
+    /// Bounds the tasks handed to the executor and not yet finished to `max`. Default: no
+    /// bound (Kafka's, which queues expired tasks on its executor however far behind it
+    /// falls).
+    ///
+    /// At the bound, tasks that come due stay in the timer: still pending, counted by
+    /// [`size`](Timer::size) and [`stats`](SystemTimer::stats)' `pending` (not `expired`),
+    /// and [`cancel`](crate::TimerTaskEntry::cancel) on them returns true and drops them at
+    /// once. As running tasks finish, the threads that ran them hand held ones over, oldest
+    /// expiration first, across all the threads that added them: in the order the timer
+    /// found them due, which is the order it would hand them over in without the bound
+    /// (the order of tasks due in the same tick is never promised, and a driver that falls
+    /// behind finds a coarser bucket's tasks due together, in the order they were added).
+    /// A cancel of a held task can let a newer held task go ahead of older ones; it never
+    /// holds one back. Nothing busy-waits and nothing is lost.
+    ///
+    /// - A task added with a delay of zero or less, or rescheduled to one, is held like any
+    ///   other that comes due: its entry is pending (not already handed over), and with
+    ///   [`max_pending`](Self::max_pending) it counts against that bound too.
+    /// - [`advance_clock`](Timer::advance_clock) keeps its contract: it flushes due lists
+    ///   whatever the executor's backlog, and holds what comes due.
+    /// - [`close`](Timer::close) drops the held tasks, [`stop`](Timer::stop) hands them
+    ///   back, as any task still waiting.
+    /// - [`reschedule`](Timer::reschedule) of a held task moves it back into the wheel (or,
+    ///   to a delay of zero or less, to the end of the backlog) and returns true.
+    ///
+    /// A held task costs what a pending one does (a 32-byte slot, in the timer's own
+    /// memory), not a job on the executor's queue.
+    ///
+    /// # Panics
+    ///
+    /// Panics if `max` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("bounded")
+    ///     .time(time.clone())
+    ///     .max_in_flight(1)
+    ///     .build();
+    /// let (release, wait) = std::sync::mpsc::channel::<()>();
+    /// timer.add(timer_task(10, move || wait.recv().unwrap())); // holds the executor
+    /// let second = timer.add(timer_task(10, || unreachable!("cancelled while held")));
+    /// time.sleep(10);
+    /// assert!(timer.advance_clock(0));
+    /// assert_eq!(timer.size(), 1, "the second is due, held, still pending");
+    /// assert!(second.cancel());
+    /// release.send(()).unwrap();
+    /// timer.close();
+    /// ```
+    #[track_caller]
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        assert!(
+            max > 0,
+            "SystemTimerBuilder::max_in_flight: max must be positive, got {max}"
+        );
+        self.max_in_flight = Some(max);
         self
     }
 
@@ -187,23 +349,30 @@ impl SystemTimerBuilder {
             .max_pending
             .map(|max| (max, Arc::new(AtomicUsize::new(0))));
         let pending = max_pending.as_ref().map(|(_, pending)| Arc::clone(pending));
+        let held = self.max_in_flight.map(|_| Arc::new(AtomicUsize::new(0)));
+        let timing_wheel = StripedRwLock::new(
+            timing_wheel,
+            StripedRwLock::<TimingWheel>::default_stripes(),
+            pending,
+            held.clone(),
+        );
+        let closed = Arc::new(AtomicBool::new(false));
+        let limit = self.max_in_flight.zip(held).map(|(max, held)| {
+            let backlog = Backlog::new(timing_wheel.shards(), Arc::clone(&closed), held);
+            (max, Arc::new(backlog) as Arc<dyn HeldTasks>)
+        });
+        let clock = (!self.system_clock).then(|| Arc::clone(&self.time));
+        let lateness = Arc::new(LatenessHistogram::new());
         SystemTimer {
-            metrics: TimerMetrics::new(&self.executor_name),
-            executor: Executor::new(
-                &format!("executor-{}", self.executor_name),
-                self.executor_threads,
-            ),
+            metrics: TimerMetrics::new(&self.executor_name, &lateness),
+            executor: Executor::new(&self.executor_name, self.executor, clock, lateness, limit),
             executor_name: self.executor_name,
             time: self.time,
             system_clock: self.system_clock,
             delay_queue,
-            timing_wheel: StripedRwLock::new(
-                timing_wheel,
-                StripedRwLock::<TimingWheel>::default_stripes(),
-                pending,
-            ),
+            timing_wheel,
             flusher: Flusher::new(self.chunking),
-            closed: AtomicBool::new(false),
+            closed,
             max_pending,
         }
     }

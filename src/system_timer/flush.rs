@@ -34,8 +34,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{SystemTimer, add_timer_task_entry};
-use crate::store::Count;
+use super::{Expiring, SystemTimer, add_timer_task_entry};
 use crate::threads::delay_queue::Due;
 use crate::wheel::TimerTaskList;
 
@@ -96,6 +95,17 @@ impl Flusher {
     /// True if an earlier call left flushes unfinished.
     pub(super) fn has_unfinished(&self) -> bool {
         !self.unfinished.lock().is_empty()
+    }
+
+    /// Appends, for every flush an earlier call left unfinished, its list's id and the
+    /// earliest expiration its entries can have.
+    pub(super) fn unfinished_lists(&self, out: &mut Vec<(i64, u32)>) {
+        let unfinished = self.unfinished.lock();
+        out.extend(
+            unfinished
+                .iter()
+                .map(|flush| (flush.deadline_ms, flush.list.id())),
+        );
     }
 
     /// Drops the unfinished flushes (their entries were cleared with the store).
@@ -234,9 +244,7 @@ impl SystemTimer {
         let chunk = self.flusher.chunking.chunk;
         let mut count = 0;
         while flush.stripe < self.timing_wheel.stripes() {
-            // Taken before the lock: a new buffer, when the executor has fallen behind, is
-            // an allocation, which with glibc may consolidate an arena (see `threads::delay_queue`).
-            let mut expired = self.executor.batch();
+            let mut expiring = Expiring::batched(&self.executor);
             let mut read = self.timing_wheel.read_urgent(flush.stripe);
             if self.is_closed() {
                 return None;
@@ -245,15 +253,9 @@ impl SystemTimer {
             count += flush
                 .list
                 .flush(read.shard(), chunk - count, |shard, entry| {
-                    add_timer_task_entry(timing_wheel, shard, entry, &mut expired);
+                    add_timer_task_entry(timing_wheel, shard, entry, &mut expiring);
                 });
-            // Counted expired and in flight under the lock that took them out of the store,
-            // so that `size()` no longer counts them and a `close` waits for them; sent once
-            // the lock is released.
-            read.count(Count::Expired, expired.len() as u64);
-            let handover = self.executor.hand_over(expired);
-            drop(read);
-            handover.send();
+            expiring.finish(&self.executor, read);
             if count == chunk {
                 return Some((count, false));
             }
@@ -264,8 +266,9 @@ impl SystemTimer {
 }
 
 /// A model of the timer with its flushes cut into chunks of one to three entries and almost
-/// no budget per call, so that adds, cancels and clock steps land between the chunks of a
-/// flush. (`tests/model.rs` checks the timer against a model with full-size chunks.)
+/// no budget per call, so that adds, cancels, clock steps and `next_expiration_ms` land
+/// between the chunks of a flush. (`tests/model.rs` checks the timer against a model with
+/// full-size chunks, `tests/next_expiration.rs` `next_expiration_ms` across levels.)
 #[cfg(test)]
 mod tests {
     use super::super::SystemTimer;
@@ -321,6 +324,7 @@ mod tests {
     }
 
     struct Task {
+        expiration_ms: i64,
         due_ms: i64,
         entry: TimerTaskEntry,
         record: Arc<Record>,
@@ -375,6 +379,7 @@ mod tests {
                         record: Arc::clone(&record),
                     }));
                     tasks.push(Task {
+                        expiration_ms,
                         due_ms: expiration_ms - expiration_ms.rem_euclid(tick_ms),
                         entry,
                         record,
@@ -398,6 +403,14 @@ mod tests {
                     }
                     barrier(&timer);
                     check(&tasks, time.hi_res_clock_ms(), false);
+                    // Between the chunks of a flush too: the earliest task neither run nor
+                    // cancelled, wherever the flush left it.
+                    let earliest = tasks
+                        .iter()
+                        .filter(|t| !t.cancelled && t.record.runs.load(Ordering::SeqCst) == 0)
+                        .map(|t| t.expiration_ms)
+                        .min();
+                    assert_eq!(timer.next_expiration_ms(), earliest);
                 }
             }
         }
@@ -414,6 +427,39 @@ mod tests {
         for (id, task) in tasks.iter().enumerate() {
             assert_eq!(task.record.drops.load(Ordering::SeqCst), 1, "task {id}");
         }
+    }
+
+    /// The entries a call leaves in an unfinished flush are in no queued list: the next
+    /// expiration is found among them. (Added newest first, so the flush re-adds the latest
+    /// first and leaves the earliest behind.)
+    #[test]
+    fn next_expiration_sees_the_entries_a_flush_left_unfinished() {
+        let time = MockTime::new();
+        let start = time.hi_res_clock_ms();
+        // Start on a 20 ms boundary: level 1's early list for [+40, +50) is due at +30,
+        // and not urgent before +35.
+        time.sleep(20 - start.rem_euclid(20));
+        let start = time.hi_res_clock_ms();
+        let timer = SystemTimer::builder("unfinished")
+            .time(time.clone())
+            .chunking(1, 1)
+            .build();
+        for delay in [47, 46, 45] {
+            timer.add(timer_task(delay, || {}));
+        }
+        time.sleep(30);
+        assert!(
+            timer.advance_clock(0),
+            "one entry of the early list moved down"
+        );
+        assert!(
+            timer.flusher.has_unfinished(),
+            "the rest is left for the next call"
+        );
+        assert_eq!(timer.next_expiration_ms(), Some(start + 45));
+        while timer.advance_clock(0) {}
+        assert!(!timer.flusher.has_unfinished());
+        assert_eq!(timer.next_expiration_ms(), Some(start + 45));
     }
 
     /// Cases per run: 64, or `PROPTEST_CASES`.

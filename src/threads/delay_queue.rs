@@ -146,8 +146,15 @@ impl<T> DelayQueue<T> {
     /// Removes and returns the head and its due time once it is due, waiting at most
     /// `timeout_ms` (zero or negative: not at all). Returns `None` on timeout, or at once
     /// when the queue is closed.
+    #[cfg(test)]
     pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<Due<T>> {
-        let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms.max(0) as u64));
+        self.poll_until(deadline_after(timeout_ms))
+    }
+
+    /// Removes and returns the head and its due time once it is due, waiting until
+    /// `deadline` at most (`None`: no deadline). Returns `None` once the deadline passed, or
+    /// at once when the queue is closed.
+    pub(crate) fn poll_until(&self, deadline: Option<Instant>) -> Option<Due<T>> {
         let mut state = self.state.lock();
         loop {
             if state.closed {
@@ -214,6 +221,12 @@ impl<T> DelayQueue<T> {
         self.available.notify_all();
         drop(items);
     }
+}
+
+/// The instant `timeout_ms` from now (zero or negative: now), or `None` past the end of
+/// `Instant`'s range: the deadline of a poll that waits `timeout_ms`.
+pub(crate) fn deadline_after(timeout_ms: i64) -> Option<Instant> {
+    Instant::now().checked_add(Duration::from_millis(timeout_ms.max(0) as u64))
 }
 
 impl<T> fmt::Debug for DelayQueue<T> {

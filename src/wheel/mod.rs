@@ -85,6 +85,7 @@ use crate::threads::delay_queue::DelayQueue;
 use geometry::{LevelShape, before_next_tick, clamp_start, next_epoch, round_down};
 
 pub(crate) use geometry::Geometry;
+use list::NO_EXPIRATION;
 pub(crate) use list::TimerTaskList;
 
 /// The queue every wheel of a hierarchy offers its lists to.
@@ -260,6 +261,22 @@ impl TimingWheel {
         }
     }
 
+    /// Appends, for every list of this level and those above that is queued to be flushed
+    /// (its expiration is set), the list's id and the earliest expiration its entries can
+    /// have: its due time plus its slack. The caller holds a read lock.
+    pub(crate) fn queued_lists(&self, out: &mut Vec<(i64, u32)>) {
+        let mut level = Some(self);
+        while let Some(wheel) = level {
+            for list in wheel.lists.iter() {
+                let due_ms = list.expiration_ms();
+                if due_ms != NO_EXPIRATION {
+                    out.push((due_ms.saturating_add(list.slack_ms()), list.id()));
+                }
+            }
+            level = wheel.overflow_wheel.get().map(|overflow| &**overflow);
+        }
+    }
+
     /// Returns this level's tick.
     pub(crate) fn tick_ms(&self) -> i64 {
         self.shape.tick_ms
@@ -327,7 +344,7 @@ mod tests {
             Example {
                 time,
                 queue,
-                lock: StripedRwLock::new(wheel, 1, None),
+                lock: StripedRwLock::new(wheel, 1, None, None),
                 c,
             }
         }

@@ -6,8 +6,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::thread;
+use std::time::Duration;
 
 use timingwheel::{Timer, TimerTask, TimerTaskEntry};
+
+use super::rng::Rng;
 
 /// One slot of counters per task.
 pub(crate) struct Ledger {
@@ -140,4 +144,40 @@ impl Drop for LedgerTask {
     fn drop(&mut self) {
         self.ledger.drops[self.id].fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// Adds every task of `ledger` to `timer` from `adders` threads at once, each with a seeded
+/// delay from 0 to 11 ms (`task` makes it from its id and delay), and cancels a random one
+/// of the last 32 handles it kept (a third of them) as it goes, pausing 1 ms every 128
+/// adds so that expiries interleave: the churn of the counting stress tests. Returns once
+/// every task was added; a driver must run meanwhile for the due ones to expire.
+pub(crate) fn churn(
+    timer: &dyn Timer,
+    ledger: &Arc<Ledger>,
+    adders: usize,
+    task: impl Fn(usize, i64) -> Box<dyn TimerTask> + Sync,
+) {
+    let tasks = ledger.len();
+    thread::scope(|s| {
+        for a in 0..adders {
+            let task = &task;
+            s.spawn(move || {
+                let mut rng = Rng::new(a as u64 + 1);
+                let mut kept: Vec<(usize, TimerTaskEntry)> = Vec::new();
+                for id in (a..tasks).step_by(adders) {
+                    let entry = timer.add(task(id, rng.below(12) as i64));
+                    if rng.below(3) == 0 {
+                        kept.push((id, entry));
+                    }
+                    if kept.len() > 32 {
+                        let (id, entry) = kept.swap_remove(rng.below(32) as usize);
+                        ledger.cancel(&entry, id);
+                    }
+                    if id % 128 < adders {
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            });
+        }
+    });
 }

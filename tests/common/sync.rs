@@ -1,8 +1,8 @@
 //! Waiting without hanging: the executor barrier, and guards that turn a deadlock or a
 //! stuck thread into a failed test.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -114,4 +114,39 @@ pub(crate) fn driven<T>(timer: &dyn Timer, poll_ms: i64, f: impl FnOnce() -> T) 
         });
         f()
     })
+}
+
+/// Checks `close` called from a task of `timer`, whose executor runs one task at a time
+/// (Kafka's one thread, or a caller's pool of one): the tasks queued behind it cannot run
+/// until it returns, so it must not wait for them, nor for itself; they still run after.
+pub(crate) fn assert_close_from_the_only_executor_thread_skips_the_queue(timer: Arc<dyn Timer>) {
+    let (go, wait) = mpsc::channel::<()>();
+    let (tx, rx) = mpsc::channel();
+    let inner = Arc::clone(&timer);
+    timer.add(timer_task(0, move || {
+        wait.recv().unwrap();
+        let closing = Instant::now();
+        inner.close();
+        tx.send(closing.elapsed()).unwrap();
+    }));
+    let behind = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5 {
+        let behind = Arc::clone(&behind);
+        timer.add(timer_task(0, move || {
+            behind.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    go.send(()).unwrap();
+    let took = rx
+        .recv_timeout(super::PATIENCE)
+        .expect("the inner close returned");
+    assert!(
+        took < Duration::from_secs(2),
+        "the inner close took {took:?}"
+    );
+    eventually(
+        super::PATIENCE,
+        "the tasks queued behind it still run",
+        || behind.load(Ordering::SeqCst) == 5,
+    );
 }

@@ -22,7 +22,10 @@ use crate::common;
 use common::ledger::Ledger;
 use common::logger;
 use common::rng::Rng;
-use common::sync::{ExecutorGate, driven, eventually, within};
+use common::sync::{
+    ExecutorGate, assert_close_from_the_only_executor_thread_skips_the_queue, driven, eventually,
+    within,
+};
 use common::{PATIENCE, panic_location};
 
 /// How long a task that stands for slow work takes.
@@ -377,32 +380,9 @@ fn close_from_a_task_returns_once_the_other_threads_tasks_finished() {
 /// timer cannot run until it returns: the close must not wait for them.
 #[test]
 fn close_from_the_only_executor_thread_does_not_wait_for_the_tasks_queued_behind_it() {
-    let timer = Arc::new(SystemTimer::new("pool-alone"));
-    let (go, wait) = mpsc::channel::<()>();
-    let (tx, rx) = mpsc::channel();
-    let inner = timer.clone();
-    timer.add(timer_task(0, move || {
-        wait.recv().unwrap();
-        let closing = Instant::now();
-        inner.close();
-        tx.send(closing.elapsed()).unwrap();
-    }));
-    let behind = Arc::new(AtomicUsize::new(0));
-    for _ in 0..5 {
-        let behind = behind.clone();
-        timer.add(timer_task(0, move || {
-            behind.fetch_add(1, Ordering::SeqCst);
-        }));
-    }
-    go.send(()).unwrap();
-    let took = rx.recv_timeout(PATIENCE).expect("the inner close returned");
-    assert!(
-        took < Duration::from_secs(2),
-        "the inner close took {took:?}"
-    );
-    eventually(PATIENCE, "the tasks queued behind it still run", || {
-        behind.load(Ordering::SeqCst) == 5
-    });
+    assert_close_from_the_only_executor_thread_skips_the_queue(Arc::new(SystemTimer::new(
+        "pool-alone",
+    )));
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //! location of its own thread's panic only; thread names in `/proc/self/task` are looked up
 //! by a prefix only that test's timers use.
 //!
-//! Eight test files stay binaries of their own, because they need a process, or a release
+//! Nine test files stay binaries of their own, because they need a process, or a release
 //! build, of their own:
 //!
 //! - `leaks.rs` and `keyed_reschedule_alloc.rs`: a `#[global_allocator]` counts the heap of
@@ -24,6 +24,8 @@
 //! - `metrics.rs`: only with the `metrics` feature; on its own, `cargo test --features
 //!   metrics --test metrics` builds it and the library without building this binary again
 //!   with the feature;
+//! - `shared_pool.rs`: it builds the `shared_pool` example's sources, whose own modules
+//!   resolve only from a crate root;
 //! - `soak.rs`, and the examples' defaults in `reconcile.rs` and `sessions.rs` (ignored
 //!   tests beside each example's small runs): CI runs them in release, each alone with the
 //!   machine to itself, as their bounds on time need. As modules of this binary they would
@@ -37,12 +39,16 @@ mod common;
 mod debug;
 mod delayed_operation;
 mod executor_pool;
+mod executors;
 mod futures;
+mod in_flight;
 mod keyed;
 mod keyed_reschedule;
+mod lateness;
 mod missed_ticks;
 mod mock_timer;
 mod model;
+mod next_expiration;
 mod periodic;
 mod purgatory;
 mod purgatory_lock;
@@ -51,6 +57,7 @@ mod refusal;
 mod reschedule;
 mod send_task;
 mod shutdown;
+mod stale_items;
 mod stress;
 mod system_timer;
 mod system_timer_reaper;
