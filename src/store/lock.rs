@@ -123,8 +123,9 @@ impl<T> StripedRwLock<T> {
     }
 
     /// Returns the stripe of `shard`, if it is one of this lock's.
+    #[inline]
     pub(crate) fn stripe_of(&self, shard: &Shard) -> Option<usize> {
-        self.shards.iter().position(|s| std::ptr::eq(*s, shard))
+        self.shards.stripe_of(shard)
     }
 
     /// Returns the shards, for readings that need no lock.

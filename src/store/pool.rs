@@ -14,7 +14,7 @@
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -25,7 +25,12 @@ use super::shard::{Counts, Shard};
 static POOL: Mutex<Vec<&'static Shard>> = Mutex::new(Vec::new());
 
 /// The shards of one timer, taken from the pool; emptied and given back when dropped.
-pub(crate) struct Shards(Box<[&'static Shard]>);
+pub(crate) struct Shards {
+    shards: Box<[&'static Shard]>,
+    /// This set's number, unique in the process: each of its shards records it with its
+    /// place in the set (see `Shard::home`).
+    id: u64,
+}
 
 impl Shards {
     /// Takes `count` shards from the pool (making new ones if it runs out). With `pending`,
@@ -44,15 +49,20 @@ impl Shards {
             })
             .collect();
         drop(pool);
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        for (stripe, shard) in shards.iter().enumerate() {
+            shard.set_home(id, stripe);
+        }
         for shard in &shards {
             shard.lock().reset(pending.clone(), held.clone());
         }
-        Shards(shards)
+        Shards { shards, id }
     }
 
     /// Returns the counts of all shards, without locking.
     pub(crate) fn counts(&self) -> Counts {
-        self.0
+        self.shards
             .iter()
             .map(|shard| shard.counts())
             .fold(Counts::default(), Counts::plus)
@@ -60,35 +70,49 @@ impl Shards {
 
     /// Returns the bytes mapped for the entries of all shards (each locked in turn).
     pub(crate) fn mapped_bytes(&self) -> usize {
-        self.0.iter().map(|shard| shard.lock().mapped_bytes()).sum()
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().mapped_bytes())
+            .sum()
+    }
+}
+
+impl Shards {
+    /// Returns the place of `shard` in this set, if it is one of its shards: O(1), from
+    /// what the shard recorded when the set took it.
+    #[inline]
+    pub(crate) fn stripe_of(&self, shard: &Shard) -> Option<usize> {
+        let (id, stripe) = shard.home();
+        (id == self.id).then_some(stripe)
     }
 }
 
 impl Deref for Shards {
     type Target = [&'static Shard];
     fn deref(&self) -> &[&'static Shard] {
-        &self.0
+        &self.shards
     }
 }
 
 impl Drop for Shards {
     fn drop(&mut self) {
         let mut cleared = Released::default();
-        for shard in self.0.iter() {
+        for shard in self.shards.iter() {
+            shard.set_home(0, 0);
             let mut state = shard.lock();
             cleared.absorb(state.clear());
             state.reset(None, None);
         }
         // Whatever was still waiting is dropped here, with no lock held.
         drop(cleared);
-        POOL.lock().extend(self.0.iter().copied());
+        POOL.lock().extend(self.shards.iter().copied());
     }
 }
 
 impl fmt::Debug for Shards {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shards")
-            .field("count", &self.0.len())
+            .field("count", &self.shards.len())
             .field("pending", &self.counts().pending())
             .finish()
     }

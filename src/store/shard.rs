@@ -405,6 +405,10 @@ pub(crate) struct Shard {
     counts: [AtomicU64; 5],
     /// `ShardState::oldest_held_ms`, published at each unlock (`i64::MAX`: none held).
     oldest_held_ms: AtomicI64,
+    /// The set of shards this one is in (its number, 0 while pooled) and its place there,
+    /// packed (`id << 8 | stripe`; see `pool::Shards`). Written when a set takes or gives
+    /// back the shard, before any handle of that set can read it.
+    home: AtomicU64,
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
@@ -416,6 +420,7 @@ impl Shard {
             state: Mutex::new(ShardState::new()),
             counts: [const { AtomicU64::new(0) }; 5],
             oldest_held_ms: AtomicI64::new(i64::MAX),
+            home: AtomicU64::new(0),
             urgent: AtomicUsize::new(0),
         }
     }
@@ -472,6 +477,19 @@ impl Shard {
 }
 
 impl Shard {
+    /// Records that the shard is at place `stripe` (below 256) of the set numbered `id`.
+    pub(crate) fn set_home(&self, id: u64, stripe: usize) {
+        debug_assert!(stripe < 256);
+        self.home.store(id << 8 | stripe as u64, Ordering::Release);
+    }
+
+    /// Returns the number of the set the shard is in and its place there.
+    #[inline]
+    pub(crate) fn home(&self) -> (u64, usize) {
+        let home = self.home.load(Ordering::Acquire);
+        (home >> 8, (home & 0xFF) as usize)
+    }
+
     /// Returns the expiration of the oldest entry of the backlog, as of the last
     /// publication (`i64::MAX`: none).
     pub(crate) fn oldest_held_ms(&self) -> i64 {
