@@ -34,7 +34,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{Expiring, SystemTimer, add_timer_task_entry};
+use super::SystemTimer;
+use super::expiring::{Expiring, add_timer_task_entry};
 use crate::threads::delay_queue::Due;
 use crate::wheel::TimerTaskList;
 
