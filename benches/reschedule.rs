@@ -30,12 +30,10 @@ use tokio_util::time::delay_queue::Key;
 use common::{criterion_config, delays, median, quick, samples, task, tokio_runtime};
 use timingwheel::{SystemTimer, Timer, TimerTaskEntry};
 
-// The counting allocator of the tests, one home for it (the benches are not published, so
-// they may reach into tests/).
-#[path = "../tests/common/counting_alloc.rs"]
-mod counting_alloc;
+use common::counting::{Counting, allocations};
 
-use counting_alloc::allocations;
+#[global_allocator]
+static ALLOCATOR: Counting<std::alloc::System> = Counting(std::alloc::System);
 
 /// Delays cycle through a table of this many entries.
 const DELAY_TABLE: usize = 1 << 16;

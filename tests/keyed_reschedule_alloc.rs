@@ -11,7 +11,10 @@ use timingwheel::{KeyedTimer, SystemTimer, Timer, timer_task};
 #[path = "common/counting_alloc.rs"]
 mod counting_alloc;
 
-use counting_alloc::allocations;
+use counting_alloc::{Counting, allocations};
+
+#[global_allocator]
+static ALLOCATOR: Counting<std::alloc::System> = Counting(std::alloc::System);
 
 #[test]
 fn a_heartbeat_allocates_nothing() {

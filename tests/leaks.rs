@@ -19,17 +19,18 @@
 //! full scale, in release:
 //! `cargo test --release --test leaks -- --nocapture`.
 
-#![allow(unsafe_code)]
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::alloc::System;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use timingwheel::{MockTime, SystemTimer, Timer, TimerTask, timer_task};
 
 mod common;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
 use common::sync::barrier;
+use counting_alloc::{Counting, allocated_bytes};
 
 /// Timers per round: 10^6 in release; a quarter of that in debug builds, so that
 /// `cargo test` stays quick (a leak of one byte per timer, 250 KB, still fails the warm
@@ -50,62 +51,14 @@ const TOLERANCE: isize = 64 * 1024;
 /// byte would be 1 MB in release (the warm round's check catches it in debug builds too).
 const COLD_TOLERANCE: isize = 384 * 1024;
 
-/// Forwards to the system allocator and counts live bytes.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so it
-// upholds `GlobalAlloc`'s contract exactly as `System` does; the counting only reads the
-// sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `alloc`'s contract (non-zero size), passed on as is.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller guarantees `ptr` came from this allocator (hence `System`)
-        // with this `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller guarantees `ptr`/`layout` came from this allocator (hence
-        // `System`) and that `new_size` is valid for `layout`'s alignment.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            LIVE.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        new
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: Counting<System> = Counting(System);
 
-/// The tests take turns: they share `LIVE`.
+/// The tests take turns: they share the count.
 static TURN: Mutex<()> = Mutex::new(());
 
 fn live() -> isize {
-    LIVE.load(Ordering::SeqCst)
+    allocated_bytes()
 }
 
 /// Returns the live heap bytes plus what `timer` has mapped, once the heap count has

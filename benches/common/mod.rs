@@ -8,6 +8,9 @@
 // Each bench binary uses a different part of this module.
 #![allow(dead_code)]
 
+// The tests' counting allocator: one home for it (the benches are not published, so they
+// may reach into tests/).
+#[path = "../../tests/common/counting_alloc.rs"]
 pub(crate) mod counting;
 
 use std::cmp::Reverse;
