@@ -11,11 +11,6 @@
 //!      two shards. Completing cancels the operation's timeout under the operation's lock,
 //!      once the slot is released; no watch-list shard or slot is held while the timer is
 //!      called, and `Timer::add` is called with no purgatory lock held.
-//!    - a periodic schedule's `state` (`schedule::periodic`): the next tick's task is added
-//!      and rescheduled, and the timer's clock read through it, under it. Taken by
-//!      `schedule_periodic`, by the tick's `run` and `Drop` (which timers call with no lock
-//!      of theirs held), and by the handle's `cancel`, which waits on the schedule's `idle`
-//!      condvar with it.
 //! 2. `MockTimer`'s order map (`mock`): taken before its one shard's mutex by `add`,
 //!    `reschedule`, `advance_clock` (released before a task runs), `next_expiration_ms`,
 //!    `close` and `stop`.
@@ -66,6 +61,10 @@
 //!    - a `KeyedTimer`'s maps (`schedule::keyed`), one at a time: the timer is called, and
 //!      handles and tasks dropped, after it is released. Its token task takes one in `run`
 //!      and `Drop`, which timers call with no lock of theirs held.
+//!    - a periodic schedule's `state` (`schedule::periodic`): taken by `schedule_periodic`
+//!      and its run loop (released while they call the timer), by the tick's `run` and
+//!      `Drop`, and by the handle's `cancel`, which waits on the schedule's `idle` condvar
+//!      with it.
 //!    - a `Sleep`'s state (`future::sleep`): taken by `poll`, `is_elapsed`, `reset` (not
 //!      while it calls the timer) and its task's drop; wakers are woken and dropped after
 //!      it is released.

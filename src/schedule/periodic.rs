@@ -5,19 +5,20 @@
 //! - A schedule is one [`Schedule`], shared by its handles and by its one timer task at a
 //!   time, a token task (`schedule::token`) whose token is the *generation* it was made
 //!   for. Everything but `runs` is guarded by `state`'s mutex.
-//! - Lock order (see `crate::lock_order`): `state`, then the timer's own locks. The next tick's task is added and
-//!   moved under `state` (so that it cannot fire before the state says what it is for); its
-//!   delay is positive, so no timer runs it inside the call, and a timer that hands it to
-//!   its executor inside the call (a tick coarser than the period) hands it to a thread
-//!   that waits for `state`. `state` is never held while the closure runs, while a task is
-//!   cancelled or dropped (a tick's drop takes it), or while the closure, an entry or the
-//!   timer is dropped.
+//! - Lock order (see `crate::lock_order`): `state` is a leaf, never held while the timer is
+//!   called: a timer may run a task inside `add` or `reschedule` (an inline executor, with
+//!   a tick coarser than the period), and the tick takes `state`. The next tick's task is
+//!   added with a new generation made current first, so a tick that fires before the state
+//!   records it finds it current: the run loop (or its own, for the first tick) runs it.
+//!   `state` is never held while the closure runs, while a task is cancelled or dropped (a
+//!   tick's drop takes it), or while the closure, an entry or the timer is dropped.
 //! - `running` names the thread in the run loop, set under the lock from `None`: one loop
 //!   at a time, so runs never overlap, whatever the number of executor threads. A tick that
 //!   fires while the loop runs only sets `due`; the loop runs it next.
-//! - `generation` is bumped whenever the pending task is abandoned: on cancel, at the end of
-//!   the schedule, and when the task only told the time because the next tick is due at
-//!   once (a burst). A tick of an older generation does nothing, run or dropped.
+//! - `generation` is bumped for every tick's task, and whenever the pending task is
+//!   abandoned: on cancel, at the end of the schedule, and when the task only told the time
+//!   because the next tick is due at once (a burst). A tick of an older generation does
+//!   nothing, run or dropped.
 //! - A tick of the current generation dropped unrun means its timer closed, or stopped
 //!   and dropped it: the schedule ends.
 //! - Between runs the closure lives in `state`; the loop takes it out for a run and puts it
@@ -104,28 +105,35 @@ pub fn schedule_periodic(
             generation: 0,
             timer: Some(timer),
             entry: None,
-            next_tick_ms: 0,
+            next_tick_ms: None,
             running: None,
             due: false,
             run: Some(Box::new(run)),
         }),
     });
-    let mut state = schedule.state.lock();
-    match schedule.add_tick(&mut state) {
-        Ok((entry, _now_ms)) => {
-            state.next_tick_ms = entry.expiration_ms();
-            state.entry = Some(entry);
-        }
-        Err(refused) => {
-            log::debug!("schedule_periodic: the timer refused the first tick");
-            let ended = state.end();
-            drop(state);
-            drop(refused);
-            drop(ended);
-            return PeriodicHandle(schedule);
+    {
+        let state = schedule.state.lock();
+        let (mut state, added) = schedule.add_tick(state, None);
+        match added {
+            Ok(next) if state.active && state.generation == next.generation => {
+                state.next_tick_ms = Some(next.next_ms);
+                state.entry = Some(next.entry);
+            }
+            // Its tick fired during the call and the run loop took over (it leaves no task
+            // pending: this one is spent), or the timer closed and dropped it.
+            Ok(next) => {
+                drop(state);
+                drop(next.entry);
+            }
+            Err(refused) => {
+                log::debug!("schedule_periodic: the timer refused the first tick");
+                let ended = state.end();
+                drop(state);
+                drop(refused);
+                drop(ended);
+            }
         }
     }
-    drop(state);
     PeriodicHandle(schedule)
 }
 
@@ -275,14 +283,27 @@ struct State {
     timer: Option<Arc<dyn Timer>>,
     /// The pending task of the next tick, if it has not fired.
     entry: Option<TimerTaskEntry>,
-    /// The time the next tick is scheduled for, on the timer's clock.
-    next_tick_ms: i64,
+    /// The time the next tick is scheduled for, on the timer's clock; `None` until the
+    /// first tick's task is added.
+    next_tick_ms: Option<i64>,
     /// The thread in the run loop.
     running: Option<ThreadId>,
     /// The next tick is due already: the run loop runs it next.
     due: bool,
     /// The closure, between runs; `None` during a run and once the schedule ended.
     run: Option<Box<dyn FnMut() + Send>>,
+}
+
+/// The task of the next tick, as added by [`Schedule::add_tick`].
+struct NextTick {
+    entry: TimerTaskEntry,
+    /// The generation of its task.
+    generation: u64,
+    /// The timer's clock when it was added.
+    now_ms: i64,
+    /// The time of the tick, on the timer's clock: a period after the first call, or what
+    /// the missed-tick policy says after `tick_ms`.
+    next_ms: i64,
 }
 
 /// What an ended schedule lets go of, dropped after `state`'s lock is released: the
@@ -346,23 +367,45 @@ impl Drop for EndOnUnwind<'_> {
 }
 
 impl Schedule {
-    /// Adds the task of the next tick, a period from now; returns it and the time of the
-    /// add on the timer's clock, or the task if the timer refused it.
-    fn add_tick(
-        self: &Arc<Self>,
-        state: &mut State,
-    ) -> Result<(TimerTaskEntry, i64), Box<dyn TimerTask>> {
-        let Some(timer) = state.timer.as_deref() else {
+    /// Adds the task of the tick after `tick_ms` (`None`: the first tick, a period from
+    /// now), with `state`'s lock released during the calls to the timer, which may run the
+    /// task inside them (an inline executor, a tick coarser than the period); returns the
+    /// lock taken again, and what was added or the task the timer refused. The task is of a
+    /// new generation, made current here.
+    fn add_tick<'a>(
+        self: &'a Arc<Self>,
+        mut state: MutexGuard<'a, State>,
+        tick_ms: Option<i64>,
+    ) -> (MutexGuard<'a, State>, Result<NextTick, Box<dyn TimerTask>>) {
+        state.generation += 1;
+        let generation = state.generation;
+        let Some(timer) = state.timer.clone() else {
             unreachable!("an active schedule has its timer");
         };
-        let tick = TokenTask::boxed(Arc::clone(self), state.generation, self.period_ms, ());
-        match timer.try_add(tick) {
+        drop(state);
+        let tick = TokenTask::boxed(Arc::clone(self), generation, self.period_ms, ());
+        let added = match timer.try_add(tick) {
             Ok(entry) => {
-                let now_ms = clock_ms(timer, entry.expiration_ms(), self.period_ms);
-                Ok((entry, now_ms))
+                let now_ms = clock_ms(&*timer, entry.expiration_ms(), self.period_ms);
+                let next_ms = tick_ms.map_or(entry.expiration_ms(), |tick_ms| {
+                    self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms)
+                });
+                if next_ms > now_ms && next_ms != entry.expiration_ms() {
+                    timer.reschedule(&entry, next_ms - now_ms);
+                }
+                Ok(NextTick {
+                    entry,
+                    generation,
+                    now_ms,
+                    next_ms,
+                })
             }
             Err(refused) => Err(refused.into_task()),
-        }
+        };
+        // Dropped unlocked: the schedule may have ended meanwhile, leaving this the last
+        // handle of the timer.
+        drop(timer);
+        (self.state.lock(), added)
     }
 
     /// The task of generation `generation` expired.
@@ -398,7 +441,9 @@ impl Schedule {
         loop {
             let tick_ms = state.next_tick_ms;
             let mut told_the_time = None;
-            match self.add_tick(&mut state) {
+            let (locked, added) = self.add_tick(state, tick_ms);
+            state = locked;
+            match added {
                 Err(refused) => {
                     log::debug!(
                         "schedule_periodic: the timer refused the next tick; the schedule ends"
@@ -409,20 +454,25 @@ impl Schedule {
                     drop(ended);
                     return;
                 }
-                Ok((entry, now_ms)) => {
-                    let next_ms = self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms);
-                    state.next_tick_ms = next_ms;
-                    if next_ms <= now_ms {
-                        // Due already: this loop runs it after the current one.
+                // Cancelled, or the timer closed, while the lock was released.
+                Ok(next) if !state.active => {
+                    let ended = self.leave(&mut state);
+                    drop(state);
+                    drop(next.entry);
+                    drop(ended);
+                    return;
+                }
+                Ok(next) => {
+                    state.next_tick_ms = Some(next.next_ms);
+                    if state.due || next.next_ms <= next.now_ms {
+                        // Due already (or it fired during the calls): this loop runs it
+                        // after the current one; its task, if still pending, only told
+                        // the time.
                         state.due = true;
                         state.generation += 1;
-                        told_the_time = Some(entry);
+                        told_the_time = Some(next.entry);
                     } else {
-                        if next_ms != entry.expiration_ms() {
-                            let timer = state.timer.as_deref().expect("active");
-                            timer.reschedule(&entry, next_ms - now_ms);
-                        }
-                        state.entry = Some(entry);
+                        state.entry = Some(next.entry);
                     }
                 }
             }

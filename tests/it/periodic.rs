@@ -328,3 +328,29 @@ fn closing_the_timer_during_a_run_ends_the_schedule_after_that_run() {
     assert_eq!(handle.runs(), runs);
     assert!(!handle.cancel());
 }
+
+/// On a timer whose executor runs jobs inline and whose tick is coarser than the period,
+/// every tick is due as soon as it is added, so the timer runs it inside `try_add`, on the
+/// thread that schedules it. The schedule must not hold its own lock across that call.
+#[test]
+fn an_inline_executor_runs_ticks_due_at_once_without_deadlock() {
+    let (handle, timer) = common::sync::within(PATIENCE, "schedule_periodic", || {
+        let timer: Arc<dyn Timer> = Arc::new(
+            SystemTimer::builder("periodic-inline")
+                .tick_ms(50)
+                .executor(|job| job())
+                .build(),
+        );
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let handle = schedule_periodic(timer.clone(), 5, MissedTicks::Delay, move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        (handle, timer)
+    });
+    // Each run schedules the next tick, which is due at once too: the runs go on, on
+    // whichever thread adds the next tick, until cancelled.
+    eventually(PATIENCE, "a run", || handle.runs() >= 1);
+    assert!(common::sync::within(PATIENCE, "cancel", move || handle.cancel()));
+    timer.close();
+}
