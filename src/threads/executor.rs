@@ -47,11 +47,13 @@
 //! see `system_timer::backlog`), where it is pending and can be cancelled; then whoever
 //! held it asks for a [`refill`](Executor::refill), which takes permits and hands held
 //! tasks over, oldest first, while both last. Every thread that finishes tasks asks for a
-//! refill too, once an eighth of the bound is free, so that it takes several at a time.
+//! refill too: while the executor has tasks queued, once an eighth of the bound is free, so
+//! that it takes several at a time; with none queued, at once, so that no thread idles.
 //! No hand-off is lost: a holder raises the held count, then reads `in_flight` (in
 //! `reserve`); a finisher lowers `in_flight`, then reads the held count; both with
 //! `SeqCst`, so at least one of them sees the other and refills (a finisher that finds
-//! less than an eighth free leaves it to a later one: the last finds the whole bound free). A refill that
+//! less than an eighth free, with tasks queued, leaves it to the thread that runs those:
+//! it finishes them and looks again). A refill that
 //! took fewer tasks than permits gives the rest back and looks again, blocking on the
 //! shards' locks rather than spinning. A thread already refilling (a caller's executor
 //! that runs jobs inline) does not start a second refill inside the first: the outer one
@@ -172,9 +174,9 @@ impl Clock {
 struct Limit {
     max: usize,
     held: Arc<dyn HeldTasks>,
-    /// The permits a thread that finished tasks waits for before it refills: an eighth of
-    /// the bound (at least 1), so that refills take held tasks a few at a time, one shard
-    /// lock for several, while the executor still has the rest of the bound queued.
+    /// The permits a thread that finished tasks waits for before it refills while the
+    /// executor has tasks queued: an eighth of the bound (at least 1), so that refills take
+    /// held tasks a few at a time, one shard lock for several.
     refill_at: usize,
 }
 
@@ -200,7 +202,8 @@ struct Shared {
     /// The timer's name, for the log.
     name: String,
     in_flight: AtomicUsize,
-    /// On a caller's executor: tasks whose job started and has not finished.
+    /// On a caller's executor: tasks whose job started and has not finished (for `close`
+    /// from a task, and to tell the tasks queued in it).
     started: AtomicUsize,
     /// Threads waiting in `wait_idle`: while there are any, each finished task wakes them.
     waiters: AtomicUsize,
@@ -583,12 +586,27 @@ impl Shared {
         }
     }
 
-    /// The refill of a thread that finished tasks: once an eighth of the bound is free
-    /// (see `Limit::refill_at`). No held task is stranded: while any task is in flight, a
-    /// later finisher looks again, and the last one finds the whole bound free.
+    /// The refill of a thread that finished tasks: while the executor has tasks queued, once
+    /// an eighth of the bound is free (see `Limit::refill_at`); with none queued, at once, so
+    /// that no thread idles while tasks are held.
     fn refill_after_finishing(self: &Arc<Self>) {
         if let Some(limit) = &self.limit {
-            self.refill(limit.refill_at);
+            let at_least = if self.has_queued() {
+                limit.refill_at
+            } else {
+                1
+            };
+            self.refill(at_least);
+        }
+    }
+
+    /// True if tasks handed over wait in the executor for a thread to start them.
+    fn has_queued(&self) -> bool {
+        match &self.runner {
+            Runner::Pool { jobs, .. } => !jobs.is_empty(),
+            Runner::Caller { .. } => {
+                self.in_flight.load(Ordering::SeqCst) > self.started.load(Ordering::SeqCst)
+            }
         }
     }
 

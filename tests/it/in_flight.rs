@@ -21,7 +21,7 @@ use timingwheel::{
     MockTime, SystemTimer, Timer, TimerStats, TimerTask, TimerTaskEntry, timer_task,
 };
 
-/// A timer on `time` whose executor is one built-in thread, at most `max` tasks in flight.
+/// A timer on `time` whose executor is two built-in threads, at most `max` tasks in flight.
 fn bounded(name: &str, time: &MockTime, max: usize) -> SystemTimer {
     SystemTimer::builder(name)
         .time(time.clone())
@@ -140,6 +140,32 @@ fn held_tasks_go_to_the_executor_oldest_expiration_first_across_threads() {
         order.lock().unwrap().len() == TASKS as usize
     });
     assert_eq!(*order.lock().unwrap(), (1..=TASKS).collect::<Vec<_>>());
+    timer.close();
+}
+
+/// A thread that finishes a task and finds the executor's queue empty hands a held task
+/// over at once, even with less than an eighth of the bound free: the eighth only batches
+/// refills while the executor has work queued.
+#[test]
+fn a_finisher_with_nothing_queued_refills_with_one_permit_free() {
+    let timer = SystemTimer::builder("refill-one")
+        .executor_threads(16)
+        .max_in_flight(16)
+        .build();
+    // 15 tasks in flight for the whole test, and a 16th until `last` opens: the bound.
+    let busy = ExecutorGate::shut(&timer, 15);
+    let last = ExecutorGate::shut(&timer, 1);
+    let (ran_tx, ran) = std::sync::mpsc::channel();
+    let held = timer.add(timer_task(0, move || ran_tx.send(()).unwrap()));
+    assert!(
+        ran.recv_timeout(Duration::from_millis(50)).is_err(),
+        "held at the bound"
+    );
+    drop(held);
+    last.open();
+    ran.recv_timeout(PATIENCE)
+        .expect("the thread that finished ran the held task, the other 15 still busy");
+    busy.open();
     timer.close();
 }
 
