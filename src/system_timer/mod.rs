@@ -570,9 +570,9 @@ impl Timer for SystemTimer {
             if self.flush(first) {
                 return true;
             }
-            // Nothing was flushed: every item that came due was stale (its list was queued
-            // again for another time, or flushed, since), or the timer was closed. An open
-            // timer waits on for the rest of the timeout, as `Timer::advance_clock`
+            // Nothing was flushed: the lists that came due went stale after the poll took
+            // them (queued again, or flushed by another driver), or the timer was closed.
+            // An open timer waits on for the rest of the timeout, as `Timer::advance_clock`
             // promises, and flushes a list that comes due meanwhile.
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return false;

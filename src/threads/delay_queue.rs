@@ -11,10 +11,11 @@
 //!   `hi_res_clock_ms()` reaches its due time, and the wait until then comes from one place,
 //!   `time::time_until_ms`, exact over the whole `i64` millisecond range.
 //! - An item can go stale (its owner was queued again for an earlier time, or flushed by
-//!   another item): the owner says so through the queue's `is_stale` function. Stale items
-//!   are skipped by the caller when they come out, and pruned once they could make up half
-//!   the queue, so the queue stays as large as the number of live items, not the number of
-//!   offers ever made.
+//!   another item): the owner says so through the queue's `is_stale` function. A poll
+//!   drops stale items as they come due and goes on waiting, so it returns only live ones
+//!   (an item can still go stale after it was taken: its taker checks again). Stale items
+//!   are also pruned once they could make up half the queue, so the queue stays as large
+//!   as the number of live items, not the number of offers ever made.
 //! - The heap's buffer is allocated whole when the queue is made ([`MIN_PRUNE_AT`] items,
 //!   24 KiB for a timer's lists), grows only with the live items, and shrinks only once
 //!   they fall to a quarter of it. An offer is made by the driver in the middle of a
@@ -140,7 +141,7 @@ impl<T> DelayQueue<T> {
     pub(crate) fn poll(&self) -> Option<Due<T>> {
         let mut state = self.state.lock();
         let now_ms = self.time.hi_res_clock_ms();
-        Self::take_due(&mut state, now_ms)
+        self.take_due(&mut state, now_ms)
     }
 
     /// Removes and returns the head and its due time once it is due, waiting at most
@@ -161,7 +162,7 @@ impl<T> DelayQueue<T> {
                 return None;
             }
             let now_ms = self.time.hi_res_clock_ms();
-            if let Some(due) = Self::take_due(&mut state, now_ms) {
+            if let Some(due) = self.take_due(&mut state, now_ms) {
                 return Some(due);
             }
             let real_now = Instant::now();
@@ -186,16 +187,22 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    fn take_due(state: &mut State<T>, now_ms: i64) -> Option<Due<T>> {
-        if state.heap.peek()?.0.due_ms > now_ms {
-            return None;
+    /// Removes and returns the head if it is due at `now_ms`, dropping the stale items due
+    /// before it.
+    fn take_due(&self, state: &mut State<T>, now_ms: i64) -> Option<Due<T>> {
+        loop {
+            if state.heap.peek()?.0.due_ms > now_ms {
+                return None;
+            }
+            let Reverse(item) = state.heap.pop()?;
+            if !(self.is_stale)(&item.value, item.due_ms) {
+                return Some(Due {
+                    value: item.value,
+                    due_ms: item.due_ms,
+                    now_ms,
+                });
+            }
         }
-        let Reverse(item) = state.heap.pop()?;
-        Some(Due {
-            value: item.value,
-            due_ms: item.due_ms,
-            now_ms,
-        })
     }
 
     /// Returns the number of items, due or not.
@@ -259,6 +266,20 @@ mod tests {
         assert_eq!(queue.poll(), None);
         time.sleep(1);
         assert_eq!(queue.poll().map(|due| due.value), Some("bucket"));
+    }
+
+    /// A stale item that comes due is dropped, and the poll waits on for a live one
+    /// instead of returning it (or returning empty-handed before its timeout).
+    #[test]
+    fn a_poll_drops_stale_items_and_waits_for_a_live_one() {
+        let time = SystemClock;
+        let queue = DelayQueue::pruning(Arc::new(time), |value: &&str, _| *value == "stale");
+        let now = time.hi_res_clock_ms();
+        queue.offer("stale", now);
+        queue.offer("live", now + 30);
+        let due = queue.poll_timeout(10_000).map(|due| due.value);
+        assert_eq!(due, Some("live"));
+        assert_eq!(queue.len(), 0, "the stale item was dropped");
     }
 
     #[test]
