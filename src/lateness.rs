@@ -18,6 +18,7 @@
 //! few, and is exact once the timer is quiet. No lock is taken here (see
 //! `crate::lock_order`).
 
+#[cfg(feature = "metrics")]
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -166,31 +167,44 @@ pub(crate) fn late_us(now_ns: i128, expiration_ms: i64) -> u64 {
     }
 }
 
+// Read only by a purgatory's expiries, which count it with the `metrics` feature only:
+// without the feature the thread-local is not kept, and each task is spared setting it.
+#[cfg(feature = "metrics")]
 thread_local! {
     /// How late the task this thread is running started, in microseconds.
     static RUNNING_LATE_US: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Returns how late the timer task this thread is running started, in microseconds, or
-/// `None` outside a timer task (or under a timer that does not measure it).
+/// `None` outside a timer task (or under a timer that does not measure it, or without the
+/// `metrics` feature).
 pub(crate) fn running_late_us() -> Option<u64> {
-    RUNNING_LATE_US.with(Cell::get)
+    #[cfg(feature = "metrics")]
+    return RUNNING_LATE_US.with(Cell::get);
+    #[cfg(not(feature = "metrics"))]
+    None
 }
 
 /// Marks this thread as running a task that started `late_us` late, until dropped (which
-/// restores what was there: a task may run another inline).
+/// restores what was there: a task may run another inline). Without the `metrics` feature,
+/// nothing.
 pub(crate) struct RunningLate {
+    #[cfg(feature = "metrics")]
     previous: Option<u64>,
 }
 
 impl RunningLate {
+    #[inline]
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn enter(late_us: u64) -> RunningLate {
         RunningLate {
+            #[cfg(feature = "metrics")]
             previous: RUNNING_LATE_US.with(|running| running.replace(Some(late_us))),
         }
     }
 }
 
+#[cfg(feature = "metrics")]
 impl Drop for RunningLate {
     fn drop(&mut self) {
         RUNNING_LATE_US.with(|running| running.set(self.previous));
