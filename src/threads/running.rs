@@ -7,14 +7,16 @@
 //!   the number of the [`name`] of each task just before it runs, and 0 once it returned.
 //! - A slot is an atomic, so recording a task is two plain stores: a thread keeps the
 //!   number of the last name it recorded, and a task of the same type (the common case)
-//!   needs no lookup. Other names are numbered once, in `names` (a leaf mutex; see
-//!   `crate::lock_order`), which a `close` that gave up reads back. The names are the
-//!   tasks' types, so the table stays as small as the program's set of task types.
+//!   needs no lookup; it keeps the numbers of every name it recorded, so another type it
+//!   ran before costs a look through its own list. A name new to the thread is numbered
+//!   in `names` (a leaf mutex; see `crate::lock_order`), which a `close` that gave up reads
+//!   back. The names are the tasks' types, so both stay as small as the program's set of
+//!   task types.
 //! - Slots are a cache line apart, so that threads storing never share a line.
 //!
 //! [`name`]: crate::TimerTask::name
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -46,6 +48,7 @@ impl RunningTasks {
             slot: &self.slots[thread].0,
             tasks: self,
             last: Cell::new(None),
+            seen: RefCell::new(Vec::new()),
         }
     }
 
@@ -84,6 +87,8 @@ pub(crate) struct Recorder<'a> {
     tasks: &'a RunningTasks,
     /// The last name recorded, and its number.
     last: Cell<Option<(&'static str, u32)>>,
+    /// Every name this thread recorded, and its number.
+    seen: RefCell<Vec<(&'static str, u32)>>,
 }
 
 impl Recorder<'_> {
@@ -93,12 +98,25 @@ impl Recorder<'_> {
         let number = match self.last.get() {
             Some((last, number)) if std::ptr::eq(last, name) => number,
             _ => {
-                let number = self.tasks.number(name);
+                let number = self.number(name);
                 self.last.set(Some((name, number)));
                 number
             }
         };
         self.slot.store(number, Ordering::Release);
+    }
+
+    /// Returns the number of `name`, from this thread's list, or numbered in the pool's
+    /// table if the thread never recorded it.
+    #[cold]
+    fn number(&self, name: &'static str) -> u32 {
+        let mut seen = self.seen.borrow_mut();
+        if let Some(&(_, number)) = seen.iter().find(|(known, _)| std::ptr::eq(*known, name)) {
+            return number;
+        }
+        let number = self.tasks.number(name);
+        seen.push((name, number));
+        number
     }
 
     /// Records that the thread runs nothing.
@@ -114,5 +132,29 @@ impl fmt::Debug for RunningTasks {
         f.debug_struct("RunningTasks")
             .field("threads", &self.slots.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads running tasks of alternating types each report the one they run now, and
+    /// every name is numbered once.
+    #[test]
+    fn alternating_task_types_are_reported_and_numbered_once() {
+        let tasks = RunningTasks::new(2);
+        let (first, second) = (tasks.recorder(0), tasks.recorder(1));
+        for round in 0..3 {
+            first.running("a");
+            second.running("b");
+            assert_eq!(tasks.names(), ["a", "b"], "round {round}");
+            first.running("b");
+            second.running("a");
+            assert_eq!(tasks.names(), ["b", "a"], "round {round}");
+            first.idle();
+            assert_eq!(tasks.names(), ["a"], "round {round}");
+        }
+        assert_eq!(*tasks.names.lock(), ["a", "b"]);
     }
 }
