@@ -35,8 +35,8 @@
 //! - `len` counts slots; it changes only under the lock of the shard it counts for.
 //! - Lock order (see `crate::lock_order`): a shard's mutex is a leaf. No timer call, no
 //!   task's code (`run`, `delay_ms`, `Drop`) and no drop of a handle happens while one is
-//!   held; of the caller's code only the key's `Hash`, `Eq`, `Clone` and `Drop` run under
-//!   it.
+//!   held; of the caller's code only the key's `Hash` and `Eq` run under it (its `Drop`
+//!   runs after).
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -258,7 +258,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
                     Slot { id, entry: None },
                 )),
                 Entry::Vacant(vacant) => {
-                    vacant.insert((key.clone(), Slot { id, entry: None }));
+                    vacant.insert((key, Slot { id, entry: None }));
                     self.shared.len.fetch_add(1, Ordering::Relaxed);
                     None
                 }
@@ -268,7 +268,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         if let Some(place) = replaced.and_then(|slot| slot.entry) {
             place.handle().cancel();
         }
-        self.add(key, hash, id, task);
+        self.add(hash, id, task);
         replaced_one
     }
 
@@ -362,12 +362,12 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
                     return false;
                 }
                 Entry::Vacant(vacant) => {
-                    vacant.insert((key.clone(), Slot { id, entry: None }));
+                    vacant.insert((key, Slot { id, entry: None }));
                     self.shared.len.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
-        self.add(key, hash, id, task);
+        self.add(hash, id, task);
         true
     }
 
@@ -464,26 +464,22 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         self.len() == 0
     }
 
-    /// Adds the wrapper of scheduling `id` of `key` (whose hash is `hash`) to the timer,
+    /// Adds the wrapper of scheduling `id` (of a key whose hash is `hash`) to the timer,
     /// and records its entry in the slot, unless the slot was replaced or removed
     /// meanwhile: then cancels the entry.
-    fn add(&self, key: K, hash: u64, id: u64, task: Box<dyn TimerTask>) {
+    fn add(&self, hash: u64, id: u64, task: Box<dyn TimerTask>) {
         let delay_ms = task.delay_ms();
-        let payload = Payload {
-            key: key.clone(),
-            hash,
-            task,
-        };
+        let payload = Payload { hash, task };
         let wrapper = TokenTask::boxed(Arc::clone(&self.shared), id, delay_ms, payload);
         let entry = self.timer.add(wrapper);
         let recorded = {
             let mut map = self.shared.shard(hash).lock();
-            match self.shared.find_mut(&mut map, hash, &key) {
-                Some(slot) if slot.id == id => {
+            match self.shared.slot_of(&mut map, hash, id) {
+                Some(slot) => {
                     slot.entry = Place::of(&entry);
                     true
                 }
-                _ => false,
+                None => false,
             }
         };
         if !recorded {
@@ -494,9 +490,10 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     }
 }
 
-/// What a keyed timer's token task carries besides its id.
-struct Payload<K> {
-    key: K,
+/// What a keyed timer's token task carries besides its id, which is its slot's while the
+/// slot is its own: no key, so that scheduling clones none and the task finds its slot by
+/// hash and id, with no call to the key's `Eq`.
+struct Payload {
     /// The key's hash, so that the task finds its slot without hashing the key again.
     hash: u64,
     task: Box<dyn TimerTask>,
@@ -517,8 +514,11 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
         map.find(hash, |(k, _)| k == key).map(|(_, slot)| slot)
     }
 
-    fn find_mut<'m>(&self, map: &'m mut Map<K>, hash: u64, key: &K) -> Option<&'m mut Slot> {
-        map.find_mut(hash, |(k, _)| k == key).map(|(_, slot)| slot)
+    /// The slot of scheduling `id`, of a key hashed to `hash`, if it is still that
+    /// scheduling's (ids are never reused).
+    fn slot_of<'m>(&self, map: &'m mut Map<K>, hash: u64, id: u64) -> Option<&'m mut Slot> {
+        map.find_mut(hash, |(_, slot)| slot.id == id)
+            .map(|(_, slot)| slot)
     }
 
     fn entry<'m>(&self, map: &'m mut Map<K>, hash: u64, key: &K) -> Entry<'m, (K, Slot)> {
@@ -542,32 +542,42 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
         Some(removed)
     }
 
-    /// Removes the slot of `key` if it is scheduling `id`'s; returns whether it was.
-    fn remove_if_current(&self, hash: u64, key: &K, id: u64) -> bool {
+    /// Removes the slot of scheduling `id`, of a key hashed to `hash`, if it is still that
+    /// scheduling's; returns whether it was.
+    fn remove_if_current(&self, hash: u64, id: u64) -> bool {
+        let removed = {
+            let mut map = self.shard(hash).lock();
+            let Ok(found) = map.find_entry(hash, |(_, slot)| slot.id == id) else {
+                return false;
+            };
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            found.remove().0
+        };
         // The removed key is dropped with no lock held.
-        self.remove(hash, key, |slot| slot.id == id).is_some()
+        drop(removed);
+        true
     }
 }
 
 /// A keyed timer's token task: runs the user's task only if it is still the one scheduled
 /// under its key (see the module's ground rules).
 impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
-    type Payload = Payload<K>;
+    type Payload = Payload;
 
-    fn expired(self: Arc<Self>, id: u64, payload: Payload<K>) {
-        if self.remove_if_current(payload.hash, &payload.key, id) {
+    fn expired(self: Arc<Self>, id: u64, payload: Payload) {
+        if self.remove_if_current(payload.hash, id) {
             payload.task.run();
         }
         // Otherwise replaced or cancelled: the task is dropped here, unrun.
     }
 
-    fn dropped(self: Arc<Self>, id: u64, payload: Payload<K>) {
+    fn dropped(self: Arc<Self>, id: u64, payload: Payload) {
         // Dropped unrun by the timer (closed, stopped, refused) or by a cancel: forget the
         // key if it is still this task's.
-        self.remove_if_current(payload.hash, &payload.key, id);
+        self.remove_if_current(payload.hash, id);
     }
 
-    fn task_name(&self, payload: &Payload<K>) -> &'static str {
+    fn task_name(&self, payload: &Payload) -> &'static str {
         payload.task.name()
     }
 }

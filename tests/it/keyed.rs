@@ -623,3 +623,54 @@ fn threads_replacing_the_same_keys_leave_one_task_per_key_and_no_entry_behind() 
     assert_eq!(drops.load(Ordering::SeqCst), THREADS * PER_THREAD);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+/// A key whose clones are counted (in its second field, which its identity ignores).
+struct CountedKey(u32, Arc<AtomicUsize>);
+
+impl PartialEq for CountedKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for CountedKey {}
+
+impl std::hash::Hash for CountedKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl Clone for CountedKey {
+    fn clone(&self) -> Self {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        CountedKey(self.0, self.1.clone())
+    }
+}
+
+/// Scheduling, replacing, moving, expiring and cancelling clone no key: the map keeps the
+/// caller's key and the tasks find their slots without one.
+#[test]
+fn no_operation_clones_a_key() {
+    let clones = Arc::new(AtomicUsize::new(0));
+    let key = |n| CountedKey(n, clones.clone());
+    let timer = Arc::new(MockTimer::new());
+    let keyed = KeyedTimer::new(timer.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let run = |delay_ms| {
+        let runs = runs.clone();
+        timer_task(delay_ms, move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+    keyed.schedule(key(1), run(10));
+    keyed.schedule(key(2), run(10));
+    keyed.schedule(key(1), run(20));
+    assert!(keyed.schedule_if_absent(key(3), run(30)));
+    assert!(keyed.reschedule(&key(2), 40));
+    assert!(keyed.cancel(&key(3)));
+    timer.advance_clock(40);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "keys 1 and 2 ran");
+    assert!(keyed.is_empty());
+    assert_eq!(clones.load(Ordering::SeqCst), 0);
+}
