@@ -1,4 +1,4 @@
-//! Expiry under load (issue 15, goals 1 and 2): the harness that `load.rs` (the default
+//! Expiry under load: the harness that `load.rs` (the default
 //! allocator) and `load_mimalloc.rs` (mimalloc as the global allocator) both run.
 //!
 //! One thread adds N timers as fast as it can, delays uniform in 1..=spread ms (fixed seed),

@@ -1,4 +1,4 @@
-//! The crate's own striped reader-writer lock against crossbeam's `ShardedLock` (issue 11):
+//! The crate's own striped reader-writer lock against crossbeam's `ShardedLock`:
 //! the locking one `add` does, at 1, 2, 4, ... threads up to the machine's hardware
 //! threads, in the same run.
 //!

@@ -1,4 +1,4 @@
-//! Memory (issue 15, goals 3 and 4): the harness that `memory.rs` (the default allocator)
+//! Memory: the harness that `memory.rs` (the default allocator)
 //! and `memory_mimalloc.rs` (mimalloc as the global allocator) both run.
 //!
 //! The global allocator is wrapped in `common::counting::Counting`, which keeps the bytes currently

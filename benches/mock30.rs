@@ -1,4 +1,4 @@
-//! The 30-minute scenario, simulated without waiting (issue 8, goal 4).
+//! The 30-minute scenario, simulated without waiting.
 //!
 //! N timers (10^7) are added at once with delays uniform in 30 min ± 5 min, on a timer
 //! whose clock is a `MockTime`. Then a driver thread moves the clock 1 ms at a time through

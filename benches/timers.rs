@@ -8,7 +8,7 @@
 //! timers a chunk added are cancelled again, so the population stays within a few percent
 //! of N. Nothing is driven during the timed part, so nothing expires.
 //!
-//! `add_parts` splits the wheel's add at 10^6 pending (issue 15, goal 5) into what can be
+//! `add_parts` splits the wheel's add at 10^6 pending into what can be
 //! timed on its own: the clock read `add` makes (an `Instant` against a fixed origin), the
 //! task's `Box` (allocated and freed on this thread), one uncontended `parking_lot` mutex
 //! lock and unlock (an add takes one: its stripe of the store), `add` of a task boxed

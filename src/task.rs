@@ -56,8 +56,8 @@ pub trait TimerTask: Send + 'static {
     ///
     /// A [`SystemTimer`](crate::SystemTimer) whose [`close`](crate::Timer::close) gave up
     /// waiting for the tasks on its executor names the ones still running with it. The
-    /// executor asks for it once per task, just before `run`: it should be cheap and must
-    /// not block.
+    /// built-in pool's threads ask for it once per task, just before `run` (a caller's
+    /// executor's are not asked): it should be cheap and must not block.
     ///
     /// # Examples
     ///

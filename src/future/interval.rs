@@ -18,7 +18,8 @@ use crate::timer::Timer;
 /// timer's clock: the instant of creation, then one period after another. When a tick is
 /// taken more than 5 ms late (the first one too), [`MissedTicks`] decides when the next one
 /// is due (see there; the rule and the arithmetic are tokio's). One [`Sleep`] serves every
-/// tick: its task is moved from tick to tick, and dropping the `Interval` cancels it.
+/// tick, reset to the next one (a new task once the last one fired), and dropping the
+/// `Interval` cancels it.
 ///
 /// On a timer that cannot keep the deadline (closed, or full), every tick completes at
 /// once, as a [`Sleep`] does; a loop that ticks should also watch for its own shutdown.

@@ -1,5 +1,5 @@
 //! One shard of a timer's entries: its slots and its part of every list, behind one mutex,
-//! with its length and counts published for readers that take no lock.
+//! with its counts kept in atomics for readers that take no lock.
 //!
 //! # Ground rules
 //!
@@ -167,7 +167,7 @@ impl ShardState {
         self.chains.entries(id).len()
     }
 
-    /// Detaches list `id`'s entries in this shard for a flush (see `Rings::detach`).
+    /// Detaches list `id`'s entries in this shard for a flush (see `Chains::detach`).
     pub(crate) fn detach(&mut self, id: u32) {
         self.chains.detach(id);
     }

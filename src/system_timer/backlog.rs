@@ -20,9 +20,9 @@
 //!   the executor after `close` cleared the store.
 //! - `held` counts the entries of every shard's backlog; shards change it under their lock,
 //!   with `SeqCst` (see `ShardState::hold`).
-//! - A held entry keeps its place in the queue until it leaves; a cancel moves the newest
-//!   held entry of its shard into the hole (as in any list), so cancels can let a newer
-//!   task go ahead of older ones, never hold one back.
+//! - A held entry keeps its place in the queue until it leaves; a cancel moves the last
+//!   entry of its chain into the hole (as in any list), so cancels can let a newer task
+//!   go ahead of older ones, never hold one back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

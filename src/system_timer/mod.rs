@@ -87,7 +87,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// Tasks due in the same millisecond run in no promised order. Kafka's bucket keeps its
 /// entries in insertion order; here a bucket's entries are kept per shard (adding threads
 /// are spread over shards) and flushed shard by shard, a cancel moves the last entry of
-/// its list into the hole it leaves, and an entry that moved down from a coarser wheel
+/// its chain into the hole it leaves, and an entry that moved down from a coarser wheel
 /// joins a finer bucket after the entries added to it directly. Within one shard and with
 /// no cancels, entries that entered a bucket together come out in the order they entered.
 /// With [`executor_threads`](SystemTimerBuilder::executor_threads) above 1, or on a
@@ -641,11 +641,17 @@ impl SystemTimer {
         let left = self.executor.wait_idle(CLOSE_WAIT);
         // Once per timer: later closes, and the drop, give up at the same deadline.
         if left > 0 && self.executor.first_give_up() {
+            // Only the built-in pool's threads record what they run.
+            let names = self.executor.running_task_names();
             log::warn!(
                 "timer {}: {left} tasks handed to the executor still unfinished after \
                  {CLOSE_WAIT:?}; not waiting longer (running now: {})",
                 self.executor_name,
-                self.executor.running_task_names().join(", ")
+                if names.is_empty() {
+                    "not known".to_owned()
+                } else {
+                    names.join(", ")
+                }
             );
         }
         self.executor.shut_down(left == 0);

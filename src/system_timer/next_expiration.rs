@@ -28,11 +28,12 @@ impl SystemTimer {
     /// a caller that drives the timer from its own loop may sleep.
     ///
     /// Tasks held back by [`max_in_flight`](crate::SystemTimerBuilder::max_in_flight) are
-    /// pending, and due: with any held, the result is at or before the clock's reading.
+    /// pending, and due: with any held, the result is at or before the clock's reading with
+    /// a 1 ms tick, at most a tick after it with a coarser one.
     ///
     /// # Cost
     ///
-    /// It locks each shard once, briefly, and reads the expirations of the entries of the
+    /// It locks the shards one at a time, briefly, and reads the expirations of the entries of the
     /// earliest lists: at the lowest level, the tasks due in the earliest millisecond that
     /// has any; when the earliest list is a coarser one (the next task is far away), that
     /// list's tasks; with tasks held, all of those. `docs/performance.md` has its

@@ -43,7 +43,8 @@
 //! At the early list's due time the wheel below has already turned far enough to hold all
 //! of its entries, and the earliest of them is still half a bucket away; the late list's
 //! earliest entry is half a bucket away from its due time too. So each flush has half a
-//! bucket (10 ms at level 2 of the default wheel, 200 ms at level 3) to re-add its entries,
+//! bucket (10 ms for the default wheel's 20 ms buckets, 200 ms for its 400 ms ones) to
+//! re-add its entries,
 //! a chunk at a time, before any of them is due. In the example above (n = 3), level 2's
 //! bucket `[c+3, c+5]` has an early list for `[c+3, c+4]`, due at `c+2`, and a late list
 //! for `[c+5, c+5]`, due at `c+3`. The buckets, their ranges and the levels an entry passes

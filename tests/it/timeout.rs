@@ -159,7 +159,7 @@ fn a_completed_timeout_reports_no_deadline_and_panics_if_polled_again() {
 }
 
 #[test]
-fn a_timeout_prints_its_deadline_without_taking_a_lock() {
+fn a_timeout_prints_its_deadline() {
     let timer = mock();
     let guarded = timeout(timer.clone(), 100, pending::<()>());
     let printed = format!("{guarded:?}");
