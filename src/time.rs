@@ -1,6 +1,7 @@
 //! Clocks (Kafka's `Time` interface and `Time.SYSTEM`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::clock;
@@ -148,6 +149,43 @@ impl SystemClock {
     #[inline]
     pub(crate) fn ms_ceil() -> i64 {
         i64::try_from(clock::ms_ceil()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A timer's clock, as its hot paths read it: the system clock without a call through
+/// `dyn Time` (and `add`'s millisecond through `clock`'s fast ceiling), or the clock its
+/// builder was given.
+#[derive(Clone, Debug)]
+pub(crate) enum TimerClock {
+    System,
+    Other(Arc<dyn Time>),
+}
+
+impl TimerClock {
+    /// The clock as a `Time`.
+    pub(crate) fn time(&self) -> Arc<dyn Time> {
+        match self {
+            TimerClock::System => Arc::new(SystemClock),
+            TimerClock::Other(time) => Arc::clone(time),
+        }
+    }
+
+    /// [`hi_res_clock_ms_ceil`]: the millisecond of an `add`, never early.
+    #[inline]
+    pub(crate) fn ms_ceil(&self) -> i64 {
+        match self {
+            TimerClock::System => SystemClock::ms_ceil(),
+            TimerClock::Other(time) => hi_res_clock_ms_ceil(&**time),
+        }
+    }
+
+    /// [`Time::nanoseconds_wide`].
+    #[inline]
+    pub(crate) fn now_ns(&self) -> i128 {
+        match self {
+            TimerClock::System => i128::from(SystemClock::now_ns()),
+            TimerClock::Other(time) => time.nanoseconds_wide(),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use crate::metrics::TimerMetrics;
 use crate::store::StripedRwLock;
 use crate::threads::delay_queue::DelayQueue;
 use crate::threads::executor::{Executor, ExecutorKind, HeldTasks};
-use crate::time::{SystemClock, Time};
+use crate::time::{Time, TimerClock};
 #[cfg(doc)]
 use crate::timer::{AddError, Timer};
 use crate::wheel::{Geometry, TimerTaskList, TimingWheel};
@@ -33,9 +33,7 @@ pub struct SystemTimerBuilder {
     tick_ms: i64,
     wheel_size: usize,
     start_ms: Option<i64>,
-    time: Arc<dyn Time>,
-    /// False once `time` was given: only the default is known to be the system clock.
-    system_clock: bool,
+    clock: TimerClock,
     chunking: Chunking,
     max_pending: Option<usize>,
     executor: ExecutorKind,
@@ -51,8 +49,7 @@ impl SystemTimerBuilder {
             tick_ms: 1,
             wheel_size: 20,
             start_ms: None,
-            time: Arc::new(SystemClock),
-            system_clock: true,
+            clock: TimerClock::System,
             chunking: Chunking::DEFAULT,
             max_pending: None,
             executor: ExecutorKind::Threads(1),
@@ -305,8 +302,7 @@ impl SystemTimerBuilder {
 
     /// Sets the clock the timer runs on (default [`SystemClock`]).
     pub fn time(mut self, time: impl Time + 'static) -> Self {
-        self.time = Arc::new(time);
-        self.system_clock = false;
+        self.clock = TimerClock::Other(Arc::new(time));
         self
     }
 
@@ -327,7 +323,8 @@ impl SystemTimerBuilder {
     /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31.
     #[track_caller]
     pub fn build(self) -> SystemTimer {
-        let now_ms = self.time.hi_res_clock_ms();
+        let time = self.clock.time();
+        let now_ms = time.hi_res_clock_ms();
         // A wheel ahead of its clock would take tasks due before its start for expired
         // and run them early (Kafka does); start it at the clock instead.
         let start_ms = self
@@ -335,7 +332,7 @@ impl SystemTimerBuilder {
             .map_or(now_ms, |start_ms| start_ms.min(now_ms));
         let geometry = Arc::new(Geometry::new(self.tick_ms, self.wheel_size, start_ms));
         let delay_queue = Arc::new(DelayQueue::pruning(
-            Arc::clone(&self.time),
+            Arc::clone(&time),
             |list: &Arc<TimerTaskList>, due_ms| list.expiration_ms() != due_ms,
         ));
         let timing_wheel = TimingWheel::new(geometry, start_ms, Arc::clone(&delay_queue));
@@ -361,14 +358,19 @@ impl SystemTimerBuilder {
             let backlog = Backlog::new(timing_wheel.shards(), Arc::clone(&closed), held);
             (max, Arc::new(backlog) as Arc<dyn HeldTasks>)
         });
-        let clock = (!self.system_clock).then(|| Arc::clone(&self.time));
         let lateness = Arc::new(LatenessHistogram::new());
         SystemTimer {
             metrics: TimerMetrics::new(&self.executor_name, &lateness),
-            executor: Executor::new(&self.executor_name, self.executor, clock, lateness, limit),
+            executor: Executor::new(
+                &self.executor_name,
+                self.executor,
+                self.clock.clone(),
+                lateness,
+                limit,
+            ),
             executor_name: self.executor_name,
-            time: self.time,
-            system_clock: self.system_clock,
+            time,
+            clock: self.clock,
             delay_queue,
             timing_wheel,
             flusher: Flusher::new(self.chunking),

@@ -42,7 +42,7 @@ use crate::store::{Count, Entry, ReadGuard, Released, StripedRwLock, TimerTaskEn
 use crate::task::{Expired, TimerTask};
 use crate::threads::delay_queue::deadline_after;
 use crate::threads::executor::Executor;
-use crate::time::{SystemClock, Time, hi_res_clock_ms_ceil};
+use crate::time::{Time, TimerClock};
 use crate::timer::{AddError, Timer};
 use crate::wheel::{BucketQueue, Placement, TimingWheel};
 
@@ -135,8 +135,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 pub struct SystemTimer {
     executor_name: String,
     time: Arc<dyn Time>,
-    /// True if `time` is the system clock, read the fast way by `add`.
-    system_clock: bool,
+    /// `time`, as `add` reads it.
+    clock: TimerClock,
     /// Lists by due time. Has its own lock.
     delay_queue: Arc<BucketQueue>,
     /// The wheel, behind Kafka's reader-writer lock; the lock's stripes are the shards that
@@ -483,12 +483,7 @@ impl SystemTimer {
     /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
     /// "Differences from Kafka").
     fn expiration_after(&self, delay_ms: i64) -> i64 {
-        let now_ms = if self.system_clock {
-            SystemClock::ms_ceil()
-        } else {
-            hi_res_clock_ms_ceil(&*self.time)
-        };
-        now_ms.saturating_add(delay_ms)
+        self.clock.ms_ceil().saturating_add(delay_ms)
     }
 }
 

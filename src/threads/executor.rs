@@ -82,7 +82,7 @@ use super::running::{Recorder, RunningTasks};
 use crate::lateness::{Lateness, LatenessHistogram, RunningLate, late_us};
 use crate::prefetch::prefetch;
 use crate::task::{Expired, TimerTask};
-use crate::time::{SystemClock, Time};
+use crate::time::TimerClock;
 
 /// Tasks per batch buffer: a flush hands over at most one chunk's expired tasks per job
 /// (`system_timer::flush`'s chunk, 64 entries), and a refill at most this many at once.
@@ -153,23 +153,6 @@ enum Runner {
     },
 }
 
-/// The clock lateness is read on: the timer's.
-enum Clock {
-    /// The system clock, read without a call through `dyn Time`.
-    System,
-    Other(Arc<dyn Time>),
-}
-
-impl Clock {
-    #[inline]
-    fn now_ns(&self) -> i128 {
-        match self {
-            Clock::System => i128::from(SystemClock::now_ns()),
-            Clock::Other(time) => time.nanoseconds_wide(),
-        }
-    }
-}
-
 /// The bound on tasks in flight, and where the tasks it holds back wait.
 struct Limit {
     max: usize,
@@ -214,7 +197,8 @@ struct Shared {
     idle: Condvar,
     /// Emptied batch buffers, handed back by the pool's threads for the next batches.
     buffers: Mutex<Vec<Vec<Expired>>>,
-    clock: Clock,
+    /// The timer's clock, that lateness is read on.
+    clock: TimerClock,
     lateness: Arc<LatenessHistogram>,
     limit: Option<Limit>,
     /// The names of the tasks the built-in pool's threads run (no slot on a caller's
@@ -232,7 +216,7 @@ thread_local! {
 impl Executor {
     /// Starts the executor `kind` names for the timer `name` (the built-in pool's threads
     /// are `executor-{name}`, or `executor-{name}-{i}`), counting lateness in `lateness`
-    /// on `time` (`None`: the system clock), and bounded by `limit`: `max_in_flight`, and
+    /// on the timer's `clock`, and bounded by `limit`: `max_in_flight`, and
     /// where the tasks it holds back wait.
     ///
     /// # Panics
@@ -241,7 +225,7 @@ impl Executor {
     pub(crate) fn new(
         name: &str,
         kind: ExecutorKind,
-        time: Option<Arc<dyn Time>>,
+        clock: TimerClock,
         lateness: Arc<LatenessHistogram>,
         limit: Option<(usize, Arc<dyn HeldTasks>)>,
     ) -> Executor {
@@ -276,7 +260,7 @@ impl Executor {
             lock: Mutex::new(()),
             idle: Condvar::new(),
             buffers: Mutex::new(Vec::new()),
-            clock: time.map_or(Clock::System, Clock::Other),
+            clock,
             lateness,
             limit: limit.map(|(max, held)| Limit {
                 max,
