@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use timingwheel::{
     AddError, Delayed, DelayedOperation, DelayedOperationPurgatory,
-    DelayedOperationPurgatoryBuilder, Elapsed, FnTask, Interval, KeyedTimer, MissedTicks, MockTime,
-    MockTimer, PeriodicHandle, Sleep, SystemClock, SystemTimer, SystemTimerBuilder,
+    DelayedOperationPurgatoryBuilder, Elapsed, FnTask, Interval, KeyedTimer, Lateness, MissedTicks,
+    MockTime, MockTimer, PeriodicHandle, Sleep, SystemClock, SystemTimer, SystemTimerBuilder,
     SystemTimerReaper, Timeout, Timer, TimerStats, TimerTask, TimerTaskEntry, timer_task,
 };
 
@@ -38,6 +38,7 @@ fn every_public_type_implements_debug() {
     debug::<FnTask<fn()>>();
     debug::<Interval>();
     debug::<KeyedTimer<u32>>();
+    debug::<Lateness>();
     debug::<MissedTicks>();
     debug::<MockTime>();
     debug::<MockTimer>();
@@ -50,6 +51,8 @@ fn every_public_type_implements_debug() {
     debug::<Timeout<std::future::Pending<()>>>();
     debug::<TimerStats>();
     debug::<TimerTaskEntry>();
+    #[cfg(feature = "tokio")]
+    debug::<timingwheel::WorkerTimer>();
 }
 
 #[test]

@@ -185,6 +185,34 @@ fn a_task_due_at_once_is_held_at_the_bound_and_can_be_cancelled() {
     timer.close();
 }
 
+/// A held task is pending, so with `max_pending` it takes a place under that bound too,
+/// until it is cancelled.
+#[test]
+fn a_held_task_counts_against_max_pending() {
+    let timer = SystemTimer::builder("held-pending")
+        .executor_threads(1)
+        .max_in_flight(1)
+        .max_pending(1)
+        .build();
+    let gate = ExecutorGate::shut(&timer, 1);
+    let held = timer.add(timer_task(0, || {}));
+    assert_eq!(timer.size(), 1, "held, so pending");
+    assert!(
+        matches!(
+            timer.try_add(timer_task(60_000, || {})),
+            Err(timingwheel::AddError::Full(_))
+        ),
+        "the held task fills the one place"
+    );
+    assert!(held.cancel());
+    assert!(
+        timer.try_add(timer_task(60_000, || {})).is_ok(),
+        "room again"
+    );
+    gate.open();
+    timer.close();
+}
+
 #[test]
 fn reschedule_moves_a_held_task_back_into_the_wheel_or_to_the_end_of_the_backlog() {
     let time = MockTime::new();
