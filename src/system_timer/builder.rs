@@ -300,7 +300,7 @@ impl SystemTimerBuilder {
         self
     }
 
-    /// Sets the clock the timer runs on (default [`SystemClock`]).
+    /// Sets the clock the timer runs on (default [`SystemClock`](crate::SystemClock)).
     pub fn time(mut self, time: impl Time + 'static) -> Self {
         self.clock = TimerClock::Other(Arc::new(time));
         self
