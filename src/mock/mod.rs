@@ -233,6 +233,7 @@ impl MockTimer {
             Ok(key) => key,
             Err(task) => return Err(AddError::Full(task)),
         };
+        let entry = TimerTaskEntry::pending(self.shard(), &mut shard, key, expiration_ms);
         let live = shard.len();
         // Cancelled entries outnumber live ones: drop them, in O(live) per O(live) cancels.
         if order.by_expiration.len() > 2 * live + 64 {
@@ -242,7 +243,7 @@ impl MockTimer {
         drop(shard);
         order.insert(key, expiration_ms);
         drop(order);
-        Ok(TimerTaskEntry::pending(self.shard(), key, expiration_ms))
+        Ok(entry)
     }
 }
 

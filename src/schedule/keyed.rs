@@ -167,7 +167,7 @@ impl Place {
     /// `expiration_ms` is not known here; `cancel` and the timers' `reschedule` do not read
     /// it, and the handle is dropped when the call returns.
     fn handle(self) -> TimerTaskEntry {
-        TimerTaskEntry::pending(self.shard, self.key, 0)
+        TimerTaskEntry::at(self.shard, self.key)
     }
 }
 

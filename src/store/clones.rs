@@ -7,7 +7,9 @@
 //! - A handle that was never cloned keeps its own flag and expiration (see `handle`); the
 //!   first clone of a handle creates the record for both, with the original's state, and
 //!   the last of them to be dropped removes it. So an entry that is never cloned costs
-//!   nothing here.
+//!   nothing here, unless its expiration is beyond what a handle holds itself (more than
+//!   278 years from the clock's zero, other than the saturated ends): its one handle then
+//!   keeps a record too.
 
 use std::collections::HashMap;
 
@@ -39,6 +41,20 @@ impl Clones {
             });
     }
 
+    /// Registers a handle of `key`'s entry that was never cloned but needs a record: its
+    /// expiration is beyond what the handle holds itself (see `handle`).
+    pub(crate) fn open(&mut self, key: EntryKey, cancelled: bool, expiration_ms: i64) {
+        let previous = self.0.insert(
+            key,
+            Record {
+                handles: 1,
+                cancelled,
+                expiration_ms,
+            },
+        );
+        debug_assert!(previous.is_none(), "a handle opened a record twice");
+    }
+
     /// Unregisters one handle of `key`'s entry.
     pub(crate) fn remove(&mut self, key: EntryKey) {
         if let Some(record) = self.0.get_mut(&key) {
@@ -66,6 +82,12 @@ impl Clones {
         if let Some(record) = self.0.get_mut(&key) {
             record.expiration_ms = expiration_ms;
         }
+    }
+
+    /// Returns the number of records.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
     }
 
     /// Returns the expiration that the handles of `key`'s entry share, if they share one.

@@ -11,9 +11,12 @@
 //!   so cancel and run can never both happen.
 //! - The handle names its slot by index and generation, and a slot never has the same
 //!   generation twice, so a stale handle never reaches a later task in the same slot. It
-//!   keeps a `&'static` reference to its shard: shards are pooled for the life of the
-//!   process (see `pool`), so the handle stays valid after its timer is gone and
-//!   costs no reference count.
+//!   keeps its shard's number, not a reference: shards are pooled and numbered for the life
+//!   of the process (see `pool`), so the handle stays valid after its timer is gone, costs
+//!   no reference count, and fits with its expiration in 16 bytes.
+//! - The expiration is packed beside the shard's number: exact within 278 years of the
+//!   clock's zero and at the saturated ends. Any other is kept in the shard's record, as a
+//!   clone's is (see `clones`), so every handle reads its exact expiration.
 //! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
 //!   handle and its clones share a record in the shard, keyed by the entry, which the last
 //!   of them removes when dropped. Cloning and cancelling both set flags under the shard's
@@ -22,22 +25,32 @@
 //!   none).
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::pool::{SHARD_ID_BITS, shard_by_id};
 use super::shard::{Count, Shard, ShardState};
 use super::slots::EntryKey;
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;
-/// Set once the handle (or the one it was cloned from) has been cloned: the shard keeps the
-/// shared "cancelled" flag.
+/// Set once the handle (or the one it was cloned from) has been cloned, or was given an
+/// expiration its word cannot hold: the shard keeps the shared "cancelled" flag and the
+/// expiration.
 const SHARED: u32 = 1 << 30;
 /// Set once a cancel through this handle won (or a closed timer refused the task).
 const CANCELLED: u32 = 1 << 31;
 
+/// The shard number's bits in [`TimerTaskEntry::word`]; the expiration is above them.
+const SHARD_MASK: u64 = (1 << SHARD_ID_BITS) - 1;
+/// The expirations a pending handle's word holds as they are: `(NEVER_BEFORE, NEVER_AFTER)`,
+/// 278 years either side of the clock's zero. The two ends stand for `i64::MIN` and
+/// `i64::MAX`, where saturated expirations land.
+const NEVER_AFTER: i64 = (1 << (63 - SHARD_ID_BITS)) - 1;
+const NEVER_BEFORE: i64 = -NEVER_AFTER - 1;
+
 /// Handle to one scheduled task, returned by [`Timer::add`](crate::Timer::add).
 ///
-/// Cheap to clone, `Send + Sync`, 24 bytes. Dropping it does not cancel the task.
+/// Cheap to clone, `Send + Sync`, 16 bytes. Dropping it does not cancel the task.
 ///
 /// # Examples
 ///
@@ -53,26 +66,91 @@ const CANCELLED: u32 = 1 << 31;
 /// assert!(!timer.advance_clock(5_000));
 /// ```
 pub struct TimerTaskEntry {
-    /// `None` when the task never entered a store: it was already expired and went straight
-    /// to the executor, or a closed timer refused it.
-    shard: Option<&'static Shard>,
     /// The slot index, with `SHARED` and `CANCELLED` above it.
     bits: AtomicU32,
+    /// The occupant's generation; for a handle without a shard, the expiration's low half.
     generation: u32,
-    /// Changed only by `reschedule`, under the shard's lock (see `set_expiration`).
-    expiration_ms: AtomicI64,
+    /// The shard's number (see `pool`) in the low `SHARD_ID_BITS`, 0 when the task never
+    /// entered a store (it was already expired and went straight to the executor, or a
+    /// closed timer refused it). Above them the expiration: its code (see [`encode`]) for a
+    /// pending task, its high half for one without a shard. Changed only by `reschedule`,
+    /// under the shard's lock (see `set_expiration`).
+    word: AtomicU64,
+}
+
+/// Returns how a pending handle's word holds `expiration_ms`, if it can.
+#[inline]
+fn encode(expiration_ms: i64) -> Option<i64> {
+    // One comparison for what a clock reads: strictly between the two ends.
+    if expiration_ms.wrapping_sub(NEVER_BEFORE + 1) as u64
+        <= (NEVER_AFTER - NEVER_BEFORE - 2) as u64
+    {
+        Some(expiration_ms)
+    } else {
+        encode_edge(expiration_ms)
+    }
+}
+
+/// [`encode`] for the ends and beyond them.
+#[cold]
+fn encode_edge(expiration_ms: i64) -> Option<i64> {
+    match expiration_ms {
+        i64::MAX => Some(NEVER_AFTER),
+        i64::MIN => Some(NEVER_BEFORE),
+        _ => None,
+    }
+}
+
+/// The inverse of [`encode`].
+#[inline]
+fn decode(code: i64) -> i64 {
+    match code {
+        NEVER_AFTER => i64::MAX,
+        NEVER_BEFORE => i64::MIN,
+        ms => ms,
+    }
+}
+
+/// A word of shard number `shard_id` and expiration bits `high` (sign-extended on reading).
+#[inline]
+fn word(shard_id: u32, high: i64) -> u64 {
+    ((high as u64) << SHARD_ID_BITS) | u64::from(shard_id)
 }
 
 impl TimerTaskEntry {
-    /// A handle to a task that waits in `shard` under `key`.
+    /// A handle to a task that waits in `shard` under `key`. `state` is `shard`, locked: an
+    /// expiration the handle cannot hold goes to a record there.
     #[inline]
-    pub(crate) fn pending(shard: &'static Shard, key: EntryKey, expiration_ms: i64) -> Self {
+    pub(crate) fn pending(
+        shard: &'static Shard,
+        state: &mut ShardState,
+        key: EntryKey,
+        expiration_ms: i64,
+    ) -> Self {
+        let mut entry = TimerTaskEntry::at(shard, key);
+        match encode(expiration_ms) {
+            Some(code) => *entry.word.get_mut() = word(shard.id(), code),
+            None => entry.set_expiration_cold(state, expiration_ms),
+        }
+        entry
+    }
+
+    /// `set_expiration`, out of line, for `pending`'s rare case.
+    #[cold]
+    #[inline(never)]
+    fn set_expiration_cold(&self, state: &mut ShardState, expiration_ms: i64) {
+        self.set_expiration(state, expiration_ms);
+    }
+
+    /// A handle to the task that waits in `shard` under `key`, whose expiration it does not
+    /// know (it reads 0): for callers that only cancel or move the entry.
+    #[inline]
+    pub(crate) fn at(shard: &'static Shard, key: EntryKey) -> Self {
         debug_assert_eq!(key.index & !INDEX_MASK, 0);
         TimerTaskEntry {
-            shard: Some(shard),
             bits: AtomicU32::new(key.index),
             generation: key.generation,
-            expiration_ms: AtomicI64::new(expiration_ms),
+            word: AtomicU64::new(word(shard.id(), 0)),
         }
     }
 
@@ -88,10 +166,30 @@ impl TimerTaskEntry {
 
     fn detached(expiration_ms: i64, bits: u32) -> Self {
         TimerTaskEntry {
-            shard: None,
             bits: AtomicU32::new(bits),
-            generation: 0,
-            expiration_ms: AtomicI64::new(expiration_ms),
+            generation: expiration_ms as u32,
+            word: AtomicU64::new(word(0, expiration_ms >> 32)),
+        }
+    }
+
+    /// Returns the handle's shard, if its task entered a store.
+    #[inline]
+    fn shard(&self) -> Option<&'static Shard> {
+        match (self.word.load(Ordering::Relaxed) & SHARD_MASK) as u32 {
+            0 => None,
+            id => shard_by_id(id),
+        }
+    }
+
+    /// Returns the expiration the handle holds itself: exact for a handle without a shard,
+    /// and for one whose bits say nothing is `SHARED`.
+    fn own_expiration_ms(&self) -> i64 {
+        let word = self.word.load(Ordering::Relaxed);
+        let high = word as i64 >> SHARD_ID_BITS;
+        if word & SHARD_MASK == 0 {
+            (high << 32) | i64::from(self.generation)
+        } else {
+            decode(high)
         }
     }
 
@@ -115,15 +213,28 @@ impl TimerTaskEntry {
 
     /// Returns the shard and the key of the entry, if the task entered a store.
     pub(crate) fn location(&self) -> Option<(&'static Shard, EntryKey)> {
-        self.shard.map(|shard| (shard, self.key()))
+        self.shard().map(|shard| (shard, self.key()))
     }
 
-    /// Records the expiration a `reschedule` gave the entry, for this handle and its clones.
-    /// `state` is the entry's shard, locked.
+    /// Records the expiration a `reschedule` (or the `add`) gave the entry, for this handle
+    /// and its clones. `state` is the entry's shard, locked.
+    #[inline]
     pub(crate) fn set_expiration(&self, state: &mut ShardState, expiration_ms: i64) {
-        self.expiration_ms.store(expiration_ms, Ordering::Relaxed);
-        if self.bits.load(Ordering::Relaxed) & SHARED != 0 {
+        let code = encode(expiration_ms);
+        if let Some(code) = code {
+            let shard_id = self.word.load(Ordering::Relaxed) & SHARD_MASK;
+            self.word
+                .store(word(shard_id as u32, code), Ordering::Relaxed);
+        }
+        let bits = self.bits.load(Ordering::Relaxed);
+        if bits & SHARED != 0 {
             state.clones.set_expiration(self.key(), expiration_ms);
+        } else if code.is_none() {
+            // Beyond what the word holds: the handle keeps a record, as clones do.
+            self.set_bits(SHARED);
+            state
+                .clones
+                .open(self.key(), bits & CANCELLED != 0, expiration_ms);
         }
     }
 
@@ -141,14 +252,15 @@ impl TimerTaskEntry {
     /// assert_eq!(timer.add(timer_task(i64::MAX, || {})).expiration_ms(), i64::MAX);
     /// ```
     pub fn expiration_ms(&self) -> i64 {
-        match self.shard {
-            // A clone may have rescheduled the entry: the shared record knows.
+        match self.shard() {
+            // A clone may have rescheduled the entry, or the expiration is beyond the
+            // handle's own word: the shared record knows.
             Some(shard) if self.bits.load(Ordering::Relaxed) & SHARED != 0 => shard
                 .lock()
                 .clones
                 .expiration(self.key())
-                .unwrap_or_else(|| self.expiration_ms.load(Ordering::Relaxed)),
-            _ => self.expiration_ms.load(Ordering::Relaxed),
+                .unwrap_or_else(|| self.own_expiration_ms()),
+            _ => self.own_expiration_ms(),
         }
     }
 
@@ -179,7 +291,7 @@ impl TimerTaskEntry {
     /// (the race its source admits). Here the entry's slot decides: exactly one of `cancel`
     /// and the executor gets the task, and `cancel` says which.
     pub fn cancel(&self) -> bool {
-        let Some(shard) = self.shard else {
+        let Some(shard) = self.shard() else {
             return false;
         };
         let key = self.key();
@@ -218,7 +330,7 @@ impl TimerTaskEntry {
         if bits & CANCELLED != 0 {
             return true;
         }
-        match self.shard {
+        match self.shard() {
             Some(shard) if bits & SHARED != 0 => shard.lock().clones.cancelled(self.key()),
             _ => false,
         }
@@ -227,33 +339,34 @@ impl TimerTaskEntry {
 
 impl Clone for TimerTaskEntry {
     fn clone(&self) -> Self {
-        let Some(shard) = self.shard else {
+        let Some(shard) = self.shard() else {
             // Nothing can change for a handle without an entry: a copy will do.
-            return TimerTaskEntry::detached(
-                self.expiration_ms.load(Ordering::Relaxed),
-                self.bits.load(Ordering::Relaxed),
-            );
+            return TimerTaskEntry {
+                bits: AtomicU32::new(self.bits.load(Ordering::Relaxed)),
+                generation: self.generation,
+                word: AtomicU64::new(self.word.load(Ordering::Relaxed)),
+            };
         };
         let key = self.key();
         let mut state = shard.lock();
         let bits = self.set_bits(SHARED);
-        let expiration_ms = self.expiration_ms.load(Ordering::Relaxed);
-        state.clones.add(key, bits & CANCELLED != 0, expiration_ms);
-        let expiration_ms = state.clones.expiration(key).unwrap_or(expiration_ms);
+        let own = self.own_expiration_ms();
+        state.clones.add(key, bits & CANCELLED != 0, own);
+        // The clone's own copy is for `Debug` only: being shared, it reads the record.
+        let shared = state.clones.expiration(key).unwrap_or(own);
         drop(state);
         TimerTaskEntry {
-            shard: Some(shard),
             bits: AtomicU32::new(key.index | SHARED),
             generation: self.generation,
-            expiration_ms: AtomicI64::new(expiration_ms),
+            word: AtomicU64::new(word(shard.id(), encode(shared).unwrap_or(0))),
         }
     }
 }
 
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
-        if let Some(shard) = self.shard
-            && *self.bits.get_mut() & SHARED != 0
+        if *self.bits.get_mut() & SHARED != 0
+            && let Some(shard) = self.shard()
         {
             shard.lock().clones.remove(self.key());
         }
@@ -262,11 +375,110 @@ impl Drop for TimerTaskEntry {
 
 impl fmt::Debug for TimerTaskEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Takes no lock: a clone's cancel is not seen here (`cancelled()` sees it).
+        // Takes no lock: a clone's cancel or reschedule is not seen here (`cancelled()` and
+        // `expiration_ms()` see them).
         let bits = self.bits.load(Ordering::Relaxed);
         f.debug_struct("TimerTaskEntry")
-            .field("expiration_ms", &self.expiration_ms.load(Ordering::Relaxed))
+            .field("expiration_ms", &self.own_expiration_ms())
             .field("cancelled_here", &(bits & CANCELLED != 0))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Shards;
+    use crate::task::timer_task;
+
+    /// Expirations at and around every edge of what a handle's word holds.
+    const EDGES: [i64; 12] = [
+        i64::MIN,
+        i64::MIN + 1,
+        NEVER_BEFORE,
+        NEVER_BEFORE + 1,
+        -1,
+        0,
+        1,
+        1 << 40,
+        NEVER_AFTER - 1,
+        NEVER_AFTER,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+
+    #[test]
+    fn a_handle_is_16_bytes() {
+        assert_eq!(size_of::<TimerTaskEntry>(), 16);
+    }
+
+    #[test]
+    fn a_handle_without_a_shard_keeps_any_expiration_exactly() {
+        for ms in EDGES {
+            assert_eq!(TimerTaskEntry::expired(ms).expiration_ms(), ms);
+            let refused = TimerTaskEntry::refused(ms);
+            assert_eq!(refused.clone().expiration_ms(), ms);
+            assert!(refused.cancelled());
+        }
+    }
+
+    #[test]
+    fn a_pending_handle_keeps_any_expiration_exactly_and_a_record_only_when_it_must() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        for ms in EDGES {
+            let mut state = shard.lock();
+            let key = state
+                .insert_unlisted(timer_task(1, || {}), ms)
+                .ok()
+                .unwrap();
+            let entry = TimerTaskEntry::pending(shard, &mut state, key, ms);
+            let recorded = usize::from(encode(ms).is_none());
+            assert_eq!(state.clones.len(), recorded, "{ms}");
+            drop(state);
+            assert_eq!(entry.expiration_ms(), ms, "{ms}");
+            let clone = entry.clone();
+            assert_eq!(clone.expiration_ms(), ms, "{ms}");
+            assert_eq!(
+                shard.lock().clones.len(),
+                1,
+                "{ms}: a clone shares one record"
+            );
+            // Moved into and out of what the word holds, through either handle.
+            for (handle, to) in [(&clone, 5), (&entry, ms), (&clone, i64::MAX - 7)] {
+                handle.set_expiration(&mut shard.lock(), to);
+                assert_eq!((entry.expiration_ms(), clone.expiration_ms()), (to, to));
+            }
+            drop(clone);
+            drop(entry);
+            let mut state = shard.lock();
+            assert_eq!(
+                state.clones.len(),
+                0,
+                "{ms}: the last handle removes the record"
+            );
+            assert!(state.take(key).is_some());
+        }
+    }
+
+    #[test]
+    fn a_handle_moved_beyond_its_word_records_its_cancel_there() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        let mut state = shard.lock();
+        let key = state
+            .insert_unlisted(timer_task(1, || {}), 10)
+            .ok()
+            .unwrap();
+        let entry = TimerTaskEntry::pending(shard, &mut state, key, 10);
+        assert_eq!(state.clones.len(), 0);
+        entry.set_expiration(&mut state, NEVER_AFTER + 1);
+        drop(state);
+        assert!(entry.cancel());
+        let clone = entry.clone();
+        assert!(clone.cancelled() && !clone.cancel());
+        assert_eq!(clone.expiration_ms(), NEVER_AFTER + 1);
+        drop((entry, clone));
+        assert_eq!(shard.lock().clones.len(), 0);
     }
 }

@@ -21,8 +21,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use super::handle::TimerTaskEntry;
 use super::pool::Shards;
 use super::shard::{Count, Shard, ShardGuard, ShardState};
+use super::slots::EntryKey;
 
 /// A reader-writer lock around a `T` whose read side is striped over the shards of a
 /// timer's entries (see the module docs).
@@ -161,10 +163,11 @@ impl<'a, T> ReadGuard<'a, T> {
         &mut self.guard
     }
 
-    /// Returns the stripe's shard itself, for a handle to find its entry again.
+    /// Returns the handle of the entry `key` of the stripe's shard, expiring at
+    /// `expiration_ms`.
     #[inline]
-    pub(crate) fn home(&self) -> &'static Shard {
-        self.shard
+    pub(crate) fn handle(&mut self, key: EntryKey, expiration_ms: i64) -> TimerTaskEntry {
+        TimerTaskEntry::pending(self.shard, &mut self.guard, key, expiration_ms)
     }
 
     /// Counts `n` more of `count` in the stripe's shard (see `ShardGuard::count`).

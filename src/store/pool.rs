@@ -10,10 +10,14 @@
 //!   timer can never cancel a task of the next timer to use the shard.
 //! - [`POOL`]'s mutex is a leaf (see `crate::lock_order`): a timer's shards are taken and
 //!   given back one lock at a time, with no other lock held.
+//! - Every shard has a number, its place in [`BY_ID`], written once (under [`POOL`]'s lock)
+//!   before the shard is first handed out: a handle keeps that number, 20 bits, instead of
+//!   an 8-byte reference (see `handle`).
 
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -23,6 +27,47 @@ use super::shard::{Counts, Shard};
 
 /// Shards not in use by any timer.
 static POOL: Mutex<Vec<&'static Shard>> = Mutex::new(Vec::new());
+
+/// Bits of a shard's number.
+pub(crate) const SHARD_ID_BITS: u32 = 20;
+
+/// Every shard made, by number (number 0 is none), in leaves of `1 << LEAF_BITS` numbers
+/// made as shards are: a flat table would put 16 MiB into every binary's data.
+static BY_ID: [OnceLock<Box<Leaf>>; 1 << (SHARD_ID_BITS - LEAF_BITS)] =
+    [const { OnceLock::new() }; 1 << (SHARD_ID_BITS - LEAF_BITS)];
+
+/// Bits of a shard's number that pick its place in a leaf of [`BY_ID`].
+const LEAF_BITS: u32 = 10;
+const LEAF_MASK: usize = (1 << LEAF_BITS) - 1;
+
+/// One leaf of [`BY_ID`].
+type Leaf = [OnceLock<&'static Shard>; 1 << LEAF_BITS];
+
+/// Makes a shard for the life of the process and numbers it. The caller holds [`POOL`]'s
+/// lock, which keeps the numbers apart.
+fn make_shard(pool: &[&'static Shard]) -> &'static Shard {
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let id = MADE.load(Ordering::Relaxed) + 1;
+    assert!(
+        id < 1 << SHARD_ID_BITS,
+        "more than {} timer shards at once ({} pooled): too many live timers",
+        (1 << SHARD_ID_BITS) - 1,
+        pool.len()
+    );
+    MADE.store(id, Ordering::Relaxed);
+    let leaf = BY_ID[id >> LEAF_BITS]
+        .get_or_init(|| Box::new([const { OnceLock::new() }; 1 << LEAF_BITS]));
+    leaf[id & LEAF_MASK].get_or_init(|| Box::leak(Box::new(Shard::new(id as u32))))
+}
+
+/// Returns the shard numbered `id` (see [`Shard::id`]), if there is one.
+#[inline]
+pub(crate) fn shard_by_id(id: u32) -> Option<&'static Shard> {
+    let id = id as usize;
+    BY_ID.get(id >> LEAF_BITS)?.get()?[id & LEAF_MASK]
+        .get()
+        .copied()
+}
 
 /// The shards of one timer, taken from the pool; emptied and given back when dropped.
 pub(crate) struct Shards {
@@ -43,10 +88,7 @@ impl Shards {
     ) -> Shards {
         let mut pool = POOL.lock();
         let shards: Box<[&'static Shard]> = (0..count)
-            .map(|_| {
-                pool.pop()
-                    .unwrap_or_else(|| Box::leak(Box::new(Shard::new())))
-            })
+            .map(|_| pool.pop().unwrap_or_else(|| make_shard(&pool)))
             .collect();
         drop(pool);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);

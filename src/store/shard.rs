@@ -412,11 +412,15 @@ pub(crate) struct Shard {
     /// Threads waiting for (or about to wait for) `state` on the timer's behalf: a writer,
     /// or a flush. While it is not zero, every unlock hands the lock straight to a waiter.
     urgent: AtomicUsize,
+    /// The shard's number in the pool, never 0 (see `pool`).
+    id: u32,
 }
 
 impl Shard {
-    pub(crate) fn new() -> Shard {
+    /// A shard numbered `id`; only the pool makes them.
+    pub(crate) fn new(id: u32) -> Shard {
         Shard {
+            id,
             state: Mutex::new(ShardState::new()),
             counts: [const { AtomicU64::new(0) }; 5],
             oldest_held_ms: AtomicI64::new(i64::MAX),
@@ -477,6 +481,12 @@ impl Shard {
 }
 
 impl Shard {
+    /// Returns the shard's number in the pool (see `pool::shard_by_id`).
+    #[inline]
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
     /// Records that the shard is at place `stripe` (below 256) of the set numbered `id`.
     pub(crate) fn set_home(&self, id: u64, stripe: usize) {
         debug_assert!(stripe < 256);

@@ -373,7 +373,7 @@ impl SystemTimer {
             Ok(key) => {
                 read.count(Count::Added, 1);
                 placement.joined();
-                Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
+                Ok(read.handle(key, expiration_ms))
             }
             Err(task) => self.insert_elsewhere(read, placement, task, expiration_ms),
         }
@@ -427,7 +427,7 @@ impl SystemTimer {
         };
         let mut expiring = Expiring::unbatched(&self.executor);
         expiring.expire(read.shard(), entry);
-        let handle = TimerTaskEntry::pending(read.home(), key, expiration_ms);
+        let handle = read.handle(key, expiration_ms);
         expiring.finish(&self.executor, read);
         Ok(handle)
     }
@@ -457,7 +457,7 @@ impl SystemTimer {
         };
         read.count(Count::Added, 1);
         placement.joined();
-        Ok(TimerTaskEntry::pending(read.home(), key, expiration_ms))
+        Ok(read.handle(key, expiration_ms))
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if

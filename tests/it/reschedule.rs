@@ -284,6 +284,39 @@ fn handles_and_their_clones_see_the_new_expiration() {
 }
 
 #[test]
+fn expirations_far_from_the_clocks_zero_stay_exact_through_clones_and_moves() {
+    // A handle holds expirations within 2^43 ms of the clock's zero itself, and keeps any
+    // other in its shard; both must read back exactly, and the task still run once.
+    for rig in rigs() {
+        let name = rig.name;
+        rig.time.sleep((1 << 43) - rig.now() - 3);
+        let ledger = Ledger::new(2);
+        let near = ledger.add(&*rig.timer, 0, 2);
+        let far = ledger.add(&*rig.timer, 1, 5);
+        assert_eq!(near.expiration_ms(), (1 << 43) - 1, "{name}");
+        assert_eq!(far.expiration_ms(), (1 << 43) + 2, "{name}");
+        let clone = near.clone();
+        assert!(rig.timer.reschedule(&near, 6), "{name}");
+        assert_eq!(
+            clone.expiration_ms(),
+            (1 << 43) + 3,
+            "{name}: moved past the word"
+        );
+        assert!(rig.timer.reschedule(&far, 1), "{name}");
+        assert_eq!(
+            far.expiration_ms(),
+            (1 << 43) - 2,
+            "{name}: moved back into it"
+        );
+        rig.step(1);
+        assert_eq!((ledger.runs(0), ledger.runs(1)), (0, 1), "{name}");
+        rig.step(5);
+        assert_eq!((ledger.runs(0), ledger.runs(1)), (1, 1), "{name}");
+        assert!(!clone.cancel() && !clone.cancelled(), "{name}: it ran");
+    }
+}
+
+#[test]
 fn a_reaper_reschedules_like_the_timer_it_wraps() {
     let timer = SystemTimerReaper::new("resched-reaper", SystemTimer::new("resched-reaped"));
     let (tx, rx) = mpsc::channel();
