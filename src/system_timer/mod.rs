@@ -191,7 +191,8 @@ impl SystemTimer {
     /// # Panics
     ///
     /// Panics, naming the argument and its value, if `tick_ms <= 0` or `wheel_size == 0`,
-    /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31.
+    /// or if `wheel_size` is so large that the buckets of all levels would exceed 2^31; and
+    /// as [`SystemTimerBuilder::build`] does.
     #[track_caller]
     pub fn with_config(
         executor_name: &str,
