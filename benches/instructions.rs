@@ -1,6 +1,6 @@
-//! Instructions per operation, counted under callgrind: where an `add`, a `cancel` and a
-//! `reschedule` spend their instructions, stable on a noisy machine (`perf stat` cycles are
-//! not available on every machine).
+//! Instructions per operation, counted under callgrind: where an `add`, a `cancel`, a
+//! `reschedule` and an `add` of a task already due spend their instructions, stable on a
+//! noisy machine (`perf stat` cycles are not available on every machine).
 //!
 //! Run by `benches/instructions.sh`, which builds this bench and runs it under
 //! `valgrind --tool=callgrind`, collecting only inside the `#[inline(never)]` functions
@@ -61,6 +61,14 @@ fn add(
 ) {
     for _ in 0..k {
         out.push(timer.add(timer_task(delay(rng), closure(shared))));
+    }
+}
+
+/// `k` adds of tasks already due (a delay of 0): each goes to the executor inside `add`.
+#[inline(never)]
+fn add_due(timer: &SystemTimer, shared: &Arc<u64>, k: usize) {
+    for _ in 0..k {
+        black_box(timer.add(timer_task(0, closure(shared))));
     }
 }
 
@@ -157,6 +165,7 @@ fn main() {
     }
     add_cancel(&timer, &shared, &mut rng, OPS);
     reschedule(&timer, &mut rng, &pending[..OPS.min(N)]);
+    add_due(&timer, &shared, OPS);
     peers(&shared, &mut rng);
     black_box(&pending);
     // Skips the drops: they are not measured.

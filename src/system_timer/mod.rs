@@ -399,7 +399,7 @@ impl SystemTimer {
                 task,
                 expiration_ms,
             };
-            let handover = self.executor.hand_over(vec![expired]);
+            let handover = self.executor.hand_over_one(expired);
             drop(read);
             handover.send();
             return Ok(TimerTaskEntry::expired(expiration_ms));

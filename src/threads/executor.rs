@@ -133,7 +133,8 @@ pub(crate) trait HeldTasks: Send + Sync {
 enum PoolJob {
     /// Tasks to run in order (a pool of one thread).
     Batch(Vec<Expired>),
-    /// One task (a pool of several threads).
+    /// One task: on a pool of several threads, or handed over alone (see
+    /// [`Executor::hand_over_one`]).
     One(Expired),
     /// Ends the thread that receives it (one per thread, sent at shutdown).
     Stop,
@@ -334,6 +335,19 @@ impl Executor {
         Handover {
             shared: &self.shared,
             tasks,
+            one: None,
+        }
+    }
+
+    /// [`hand_over`](Executor::hand_over) for a single task: an add already expired. It
+    /// travels as a job of its own, so that no buffer is allocated for it under the lock.
+    pub(crate) fn hand_over_one(&self, task: Expired) -> Handover<'_> {
+        debug_assert!(!self.is_bounded());
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        Handover {
+            shared: &self.shared,
+            tasks: Vec::new(),
+            one: Some(task),
         }
     }
 
@@ -494,6 +508,14 @@ impl Shared {
         }
     }
 
+    /// [`send_counted`](Shared::send_counted) for one task, as a job of its own.
+    fn send_one(self: &Arc<Self>, task: Expired) {
+        match &self.runner {
+            Runner::Pool { jobs, .. } => self.send_to_pool(jobs, PoolJob::One(task)),
+            Runner::Caller { execute, .. } => self.execute(execute, task),
+        }
+    }
+
     fn send_to_pool(&self, jobs: &Sender<PoolJob>, job: PoolJob) {
         if let Err(refused) = jobs.send(job) {
             // Unreachable while the executor lives: the pool's threads hold the receiver
@@ -640,6 +662,8 @@ impl Drop for Refilling {
 pub(crate) struct Handover<'a> {
     shared: &'a Arc<Shared>,
     tasks: Vec<Expired>,
+    /// A task handed over alone (`Executor::hand_over_one`).
+    one: Option<Expired>,
 }
 
 impl Handover<'_> {
@@ -651,6 +675,9 @@ impl Handover<'_> {
 
 impl Drop for Handover<'_> {
     fn drop(&mut self) {
+        if let Some(task) = self.one.take() {
+            self.shared.send_one(task);
+        }
         self.shared.send_counted(std::mem::take(&mut self.tasks));
     }
 }
