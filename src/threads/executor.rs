@@ -36,8 +36,10 @@
 //!   the threads waiting (with one thread: none, the tasks queued behind it run after it
 //!   returns); on a caller's executor, whose threads the timer cannot see, the tasks that
 //!   already started (`started`), not those the executor has yet to start, which may be
-//!   queued behind the caller. The threads it cannot join (its own among them) are joined
-//!   by the next `close` or the drop from outside the pool.
+//!   queued behind the caller, nor those its own thread runs around it (an inline
+//!   executor nests the task that an `add` of a task already due runs at once). The
+//!   threads it cannot join (its own among them) are joined by the next `close` or the
+//!   drop from outside the pool.
 //!
 //! # The bound on tasks in flight
 //!
@@ -191,8 +193,8 @@ struct Shared {
     started: AtomicUsize,
     /// Threads waiting in `wait_idle`: while there are any, each finished task wakes them.
     waiters: AtomicUsize,
-    /// Of those, the threads running one of this executor's tasks, each with that task
-    /// still in flight.
+    /// The tasks that those of them running this executor's tasks are running (one each,
+    /// or several nested on an inline executor), still in flight.
     task_waiters: AtomicUsize,
     lock: Mutex<()>,
     idle: Condvar,
@@ -210,6 +212,10 @@ struct Shared {
 thread_local! {
     /// The executor whose task this thread is running (0: none).
     static RUNNING_FOR: Cell<usize> = const { Cell::new(0) };
+    /// How many of that executor's tasks this thread is running, one inside another: more
+    /// than one only on a caller's executor that runs jobs inline, where a task's `add` of
+    /// a task already due runs it at once.
+    static RUNNING_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// The executor this thread is refilling (0: none).
     static REFILLING: Cell<usize> = const { Cell::new(0) };
 }
@@ -362,9 +368,14 @@ impl Executor {
         self.shared.lateness.summary()
     }
 
-    /// True if the calling thread is running one of this executor's tasks.
-    fn is_current_thread(&self) -> bool {
-        RUNNING_FOR.with(|running| running.get() == self.shared.id())
+    /// Returns how many of this executor's tasks the calling thread is running, one inside
+    /// another (0: none).
+    fn running_here(&self) -> usize {
+        if RUNNING_FOR.with(Cell::get) == self.shared.id() {
+            RUNNING_DEPTH.with(Cell::get)
+        } else {
+            0
+        }
     }
 
     /// Waits until every task handed over so far has finished, but not past `timeout` after
@@ -376,14 +387,17 @@ impl Executor {
             .shutdown_deadline
             .get_or_init(|| Instant::now() + timeout);
         let shared = &self.shared;
-        let on_task = self.is_current_thread();
+        // The tasks this thread runs cannot finish before this returns: they are not
+        // waited for (see `task_waiters`).
+        let mine = self.running_here();
+        let on_task = mine > 0;
         if on_task && matches!(shared.runner, Runner::Pool { threads: 1, .. }) {
             return 0;
         }
         let mut guard = shared.lock.lock();
         shared.waiters.fetch_add(1, Ordering::SeqCst);
         if on_task {
-            shared.task_waiters.fetch_add(1, Ordering::SeqCst);
+            shared.task_waiters.fetch_add(mine, Ordering::SeqCst);
         }
         let left = || {
             let task_waiters = shared.task_waiters.load(Ordering::SeqCst);
@@ -408,7 +422,7 @@ impl Executor {
         }
         unfinished = left();
         if on_task {
-            shared.task_waiters.fetch_sub(1, Ordering::SeqCst);
+            shared.task_waiters.fetch_sub(mine, Ordering::SeqCst);
         }
         shared.waiters.fetch_sub(1, Ordering::SeqCst);
         drop(guard);
@@ -450,7 +464,7 @@ impl Executor {
                 let _ = jobs.send(PoolJob::Stop);
             }
         }
-        if join && !self.is_current_thread() {
+        if join && self.running_here() == 0 {
             for handle in threads.drain(..) {
                 if handle.join().is_err() {
                     log::error!("an executor thread panicked");
@@ -705,6 +719,7 @@ impl PoolJob {
 /// told to stop.
 fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>, thread: usize) {
     RUNNING_FOR.with(|running| running.set(shared.id()));
+    RUNNING_DEPTH.with(|running| running.set(1));
     let recorder = shared.running.recorder(thread);
     loop {
         match queue.recv() {
@@ -724,6 +739,7 @@ fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>, thread: usize) {
         }
     }
     RUNNING_FOR.with(|running| running.set(0));
+    RUNNING_DEPTH.with(|running| running.set(0));
 }
 
 /// One task as a job for a caller's executor. Counted finished when dropped, run or not.
@@ -740,9 +756,16 @@ impl CallerJob {
         };
         let shared = &self.shared;
         let outer = RUNNING_FOR.with(|running| running.replace(shared.id()));
+        let depth = if outer == shared.id() {
+            RUNNING_DEPTH.with(Cell::get) + 1
+        } else {
+            1
+        };
+        let outer_depth = RUNNING_DEPTH.with(|running| running.replace(depth));
         shared.started.fetch_add(1, Ordering::SeqCst);
         shared.run(task, None);
         shared.started.fetch_sub(1, Ordering::SeqCst);
+        RUNNING_DEPTH.with(|running| running.set(outer_depth));
         RUNNING_FOR.with(|running| running.set(outer));
     }
 }

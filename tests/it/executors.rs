@@ -263,6 +263,33 @@ fn close_waits_for_the_tasks_it_handed_to_a_callers_executor() {
     pool.join();
 }
 
+/// On an inline executor, a task that adds a task already due runs it inside its own
+/// `add`, nested on the same thread; a `close` from the inner one must not wait for the
+/// outer, which cannot finish before the close returns.
+#[test]
+fn close_from_a_task_nested_inline_in_another_does_not_wait_for_either() {
+    within(Duration::from_secs(5), "a nested inline close", || {
+        let timer = Arc::new(
+            SystemTimer::builder("close-nested")
+                .executor(|job| job())
+                .build(),
+        );
+        let (tx, rx) = mpsc::channel();
+        let outer_timer = Arc::clone(&timer);
+        timer.add(timer_task(0, move || {
+            let inner_timer = Arc::clone(&outer_timer);
+            outer_timer.add(timer_task(0, move || {
+                let started = Instant::now();
+                inner_timer.close();
+                tx.send(started.elapsed()).unwrap();
+            }));
+        }));
+        let waited = rx.try_recv().expect("both ran inside the first add");
+        assert!(timer.is_closed());
+        waited
+    });
+}
+
 /// Called from one of its tasks on a pool of one thread, `close` waits for no task queued
 /// behind it (they cannot start before it returns), and those still run afterwards.
 #[test]
