@@ -2,7 +2,8 @@
 //! futures, run on a worker thread of the tokio runtime rather than on the timer's
 //! executor thread; never early; a task's panic is caught; a runtime that shut down leaves
 //! the tasks to the timer's executor, and one without an I/O driver cannot take the relay;
-//! the relay task ends with the last `WorkerTimer`. The figures under load are in `benches/async_wakes.rs`.
+//! the relay task ends with the last `WorkerTimer` and the last task pending there, which
+//! still runs on a worker. The figures under load are in `benches/async_wakes.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -124,6 +125,33 @@ fn the_relay_task_ends_with_the_last_worker_timer() {
     let give_up = Instant::now() + PATIENCE;
     while metrics.num_alive_tasks() > 0 {
         assert!(Instant::now() < give_up, "the relay task is still alive");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    reaper.close();
+}
+
+#[test]
+fn a_task_pending_when_its_worker_timer_is_dropped_still_runs_on_a_worker() {
+    let runtime = runtime();
+    let reaper = reaper("dropped-pending");
+    let metrics = runtime.handle().metrics();
+    let timer = runtime.block_on(async { WorkerTimer::new(reaper.clone()) });
+    let (tx, rx) = mpsc::channel();
+    timer.add(timer_task(30, move || {
+        let _ = tx.send(std::thread::current().name().unwrap_or("").to_owned());
+    }));
+    drop(timer);
+    assert_eq!(metrics.num_alive_tasks(), 1, "the relay task waits for it");
+    let ran_on = rx
+        .recv_timeout(PATIENCE)
+        .expect("the task ran, not dropped");
+    assert_eq!(ran_on, "worker-under-test");
+    let give_up = Instant::now() + PATIENCE;
+    while metrics.num_alive_tasks() > 0 {
+        assert!(
+            Instant::now() < give_up,
+            "the relay task outlived its last task"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     reaper.close();
