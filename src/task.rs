@@ -233,6 +233,14 @@ impl IntoDelayMs for Duration {
     }
 }
 
+/// True if a task of `delay_ms` is due the moment it is added or moved, whatever a wheel's
+/// clock says: a delay of zero or less (see `SystemTimer`'s "Differences from Kafka"), the
+/// same for every timer of the crate.
+#[inline]
+pub(crate) fn due_at_once(delay_ms: i64) -> bool {
+    delay_ms <= 0
+}
+
 /// A task that came due, on its way to the executor with its expiration, so that the
 /// executor can tell how late it starts.
 pub(crate) struct Expired {

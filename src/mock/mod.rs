@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use crate::lateness::{RunningLate, late_us};
 use crate::store::{EntryKey, Shard, Shards, TimerTaskEntry};
-use crate::task::TimerTask;
+use crate::task::{TimerTask, due_at_once};
 use crate::timer::{AddError, Timer};
 
 pub use time::MockTime;
@@ -218,7 +218,7 @@ impl MockTimer {
         if self.closed.load(Ordering::Acquire) {
             return Err(AddError::Closed(task));
         }
-        if delay_ms <= 0 {
+        if due_at_once(delay_ms) {
             task.run();
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
@@ -282,7 +282,7 @@ impl Timer for MockTimer {
             return false;
         }
         let mut state = shard.lock();
-        if delay_ms <= 0 {
+        if due_at_once(delay_ms) {
             let Some(task) = state.take(key) else {
                 return false;
             };

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use crate::lateness::Lateness;
 use crate::metrics::{TimerMetrics, TimerStats};
 use crate::store::{Count, Entry, ReadGuard, Released, StripedRwLock, TimerTaskEntry, thread_hint};
-use crate::task::{Expired, TimerTask};
+use crate::task::{Expired, TimerTask, due_at_once};
 use crate::threads::delay_queue::deadline_after;
 use crate::threads::executor::Executor;
 use crate::time::{Time, TimerClock};
@@ -356,12 +356,11 @@ impl SystemTimer {
         if self.is_closed() {
             return Err(refuse(read, AddError::Closed(task)));
         }
-        // A delay <= 0 is expired whatever the wheel's clock says (see "Differences"); else
-        // the wheel says (only a tick coarser than 1 ms can make it expired).
-        let placement = if delay_ms > 0 {
-            read.value().place(expiration_ms)
-        } else {
+        // Else the wheel says (only a tick coarser than 1 ms can make it expired).
+        let placement = if due_at_once(delay_ms) {
             None
+        } else {
+            read.value().place(expiration_ms)
         };
         let Some(placement) = placement else {
             return self.insert_due(read, task, expiration_ms);
@@ -525,8 +524,7 @@ impl Timer for SystemTimer {
             return false;
         };
         let mut expiring = Expiring::unbatched(&self.executor);
-        if delay_ms <= 0 {
-            // Due now, whatever the wheel's clock says, as for `add`.
+        if due_at_once(delay_ms) {
             expiring.expire(state, moved);
         } else {
             add_timer_task_entry(timing_wheel, state, moved, &mut expiring);
