@@ -163,7 +163,8 @@ impl Place {
     ///
     /// A second handle made from the entry's place, not a clone of the one `add` returned
     /// (a clone registers with the shard under its lock): sound because a keyed timer
-    /// never clones its entries, so no clone record needs to hear of a move. Its
+    /// never clones its entries, so no clone record needs to hear of a move (one that a
+    /// move beyond what a handle holds opens is the handle's own, and goes with it). Its
     /// `expiration_ms` is not known here; `cancel` and the timers' `reschedule` do not read
     /// it, and the handle is dropped when the call returns.
     fn handle(self) -> TimerTaskEntry {

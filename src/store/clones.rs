@@ -42,17 +42,22 @@ impl Clones {
     }
 
     /// Registers a handle of `key`'s entry that was never cloned but needs a record: its
-    /// expiration is beyond what the handle holds itself (see `handle`).
+    /// expiration is beyond what the handle holds itself (see `handle`). Another handle
+    /// made from the entry's place (a keyed timer's) may have opened one already: this one
+    /// counts itself in.
     pub(crate) fn open(&mut self, key: EntryKey, cancelled: bool, expiration_ms: i64) {
-        let previous = self.0.insert(
-            key,
-            Record {
+        self.0
+            .entry(key)
+            .and_modify(|record| {
+                record.handles += 1;
+                record.expiration_ms = expiration_ms;
+                record.cancelled |= cancelled;
+            })
+            .or_insert(Record {
                 handles: 1,
                 cancelled,
                 expiration_ms,
-            },
-        );
-        debug_assert!(previous.is_none(), "a handle opened a record twice");
+            });
     }
 
     /// Unregisters one handle of `key`'s entry.

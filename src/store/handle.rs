@@ -375,11 +375,21 @@ impl Drop for TimerTaskEntry {
 
 impl fmt::Debug for TimerTaskEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Takes no lock: a clone's cancel or reschedule is not seen here (`cancelled()` and
-        // `expiration_ms()` see them).
+        // Waits for no lock: a shared record is read only if its shard's lock is free at
+        // once (else the handle's own copy is shown), and a clone's cancel is not seen here
+        // (`cancelled()` sees it).
         let bits = self.bits.load(Ordering::Relaxed);
+        let shared = match self.shard() {
+            Some(shard) if bits & SHARED != 0 => shard
+                .try_lock()
+                .and_then(|state| state.clones.expiration(self.key())),
+            _ => None,
+        };
         f.debug_struct("TimerTaskEntry")
-            .field("expiration_ms", &self.own_expiration_ms())
+            .field(
+                "expiration_ms",
+                &shared.unwrap_or_else(|| self.own_expiration_ms()),
+            )
             .field("cancelled_here", &(bits & CANCELLED != 0))
             .finish_non_exhaustive()
     }
@@ -459,6 +469,54 @@ mod tests {
             );
             assert!(state.take(key).is_some());
         }
+    }
+
+    #[test]
+    fn two_handles_made_from_one_place_each_count_in_a_record_they_open() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        let key = shard
+            .lock()
+            .insert_unlisted(timer_task(1, || {}), 10)
+            .ok()
+            .unwrap();
+        let (a, b) = (
+            TimerTaskEntry::at(shard, key),
+            TimerTaskEntry::at(shard, key),
+        );
+        a.set_expiration(&mut shard.lock(), NEVER_AFTER + 1);
+        b.set_expiration(&mut shard.lock(), NEVER_AFTER + 2);
+        assert_eq!(
+            a.expiration_ms(),
+            NEVER_AFTER + 2,
+            "one record, the latest move"
+        );
+        drop(a);
+        assert_eq!(
+            b.expiration_ms(),
+            NEVER_AFTER + 2,
+            "still there for the other"
+        );
+        drop(b);
+        let mut state = shard.lock();
+        assert_eq!(state.clones.len(), 0);
+        assert!(state.take(key).is_some());
+    }
+
+    #[test]
+    fn debug_shows_an_expiration_beyond_the_word() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        let mut state = shard.lock();
+        let far = NEVER_AFTER + 10;
+        let key = state
+            .insert_unlisted(timer_task(1, || {}), far)
+            .ok()
+            .unwrap();
+        let entry = TimerTaskEntry::pending(shard, &mut state, key, far);
+        drop(state);
+        assert!(format!("{entry:?}").contains(&format!("expiration_ms: {far}")));
+        assert!(shard.lock().take(key).is_some());
     }
 
     #[test]
