@@ -356,7 +356,8 @@ impl SystemTimer {
         if self.is_closed() {
             return Err(refuse(read, AddError::Closed(task)));
         }
-        // Else the wheel says (only a tick coarser than 1 ms can make it expired).
+        // Due at once, or when the wheel says (only a tick coarser than 1 ms can make a
+        // positive delay expired at its add).
         let placement = if due_at_once(delay_ms) {
             None
         } else {
