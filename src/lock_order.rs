@@ -57,7 +57,7 @@
 //!      `stop` while the stop channel's sender is dropped, `thread` while the reaper thread
 //!      is joined. That thread's polls take the timer's locks, but never these two.
 //!    - the shard pool (`store::pool`): taken when a timer's shards are taken or given
-//!      back.
+//!      back; a new shard's number is written under it and read under no lock.
 //!    - a `KeyedTimer`'s maps (`schedule::keyed`), one at a time: the timer is called, and
 //!      handles and tasks dropped, after it is released. Its token task takes one in `run`
 //!      and `Drop`, which timers call with no lock of theirs held.
