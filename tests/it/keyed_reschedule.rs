@@ -542,6 +542,9 @@ fn reschedules_racing_expiry_cancels_and_replacements_are_exactly_once_and_never
             keyed.is_empty() && timer.size() == 0
         });
     });
+    // A task claims its key before it runs, and leaves the timer's count when handed over:
+    // the last ones may still be running. Closing waits for them.
+    timer.close();
     // Own keys: every task made ran once or ended unrun once, never both; none early.
     let made = (0..own_tasks).filter(|&id| bounds.not_before_ns[id].load(Ordering::SeqCst) >= 0);
     let (mut ran, mut unrun) = (0, 0);
@@ -577,5 +580,4 @@ fn reschedules_racing_expiry_cancels_and_replacements_are_exactly_once_and_never
         moved > 100,
         "shared keys were moved while others raced: {moved}"
     );
-    timer.close();
 }
