@@ -129,10 +129,9 @@ struct Flush {
 
 impl Flush {
     fn new(list: Arc<TimerTaskList>, due_ms: i64) -> Flush {
-        let slack_ms = list.slack_ms();
         Flush {
-            deadline_ms: due_ms.saturating_add(slack_ms),
-            urgent_ms: due_ms.saturating_add(slack_ms / 2),
+            deadline_ms: list.earliest_expiration_ms(due_ms),
+            urgent_ms: due_ms.saturating_add(list.slack_ms() / 2),
             stripe: 0,
             list,
         }

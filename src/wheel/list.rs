@@ -53,6 +53,12 @@ impl TimerTaskList {
         self.slack_ms
     }
 
+    /// Returns the earliest expiration the list's entries can have when it is due at
+    /// `due_ms`.
+    pub(crate) fn earliest_expiration_ms(&self, due_ms: i64) -> i64 {
+        due_ms.saturating_add(self.slack_ms)
+    }
+
     /// Appends the entry in slot `index` of `shard`, in no list yet, to this list. The caller
     /// holds the shard's lock, a read lock of the wheel.
     #[inline]

@@ -271,7 +271,7 @@ impl TimingWheel {
             for list in wheel.lists.iter() {
                 let due_ms = list.expiration_ms();
                 if due_ms != NO_EXPIRATION {
-                    out.push((due_ms.saturating_add(list.slack_ms()), list.id()));
+                    out.push((list.earliest_expiration_ms(due_ms), list.id()));
                 }
             }
             level = wheel.overflow_wheel.get().map(|overflow| &**overflow);
