@@ -410,11 +410,7 @@ impl SystemTimer {
         let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
             Ok(key) => (read, key),
             Err(task) => {
-                let Some(mut other) = self.stripe_with_room() else {
-                    self.unreserve_pending();
-                    return Err(refuse(read, AddError::Full(task)));
-                };
-                drop(read);
+                let (mut other, task) = self.stripe_with_room(read, task)?;
                 let Ok(key) = other.shard().insert_unlisted(task, expiration_ms) else {
                     unreachable!("a shard with room took no entry")
                 };
@@ -443,13 +439,9 @@ impl SystemTimer {
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
     ) -> Result<TimerTaskEntry, AddError> {
-        let Some(mut read) = self.stripe_with_room() else {
-            self.unreserve_pending();
-            return Err(refuse(own, AddError::Full(task)));
-        };
         // A read lock was held all along, so the wheel's clocks did not move: `placement`
         // holds.
-        drop(own);
+        let (mut read, task) = self.stripe_with_room(own, task)?;
         let Ok(key) = read
             .shard()
             .insert(task, expiration_ms, placement.list.id())
@@ -594,15 +586,26 @@ impl Timer for SystemTimer {
 }
 
 impl SystemTimer {
-    /// Returns the read lock of a stripe whose shard has room, for an `add` whose own
-    /// stripe is full; `None` if every shard is full. Called with the own stripe locked:
-    /// it only tries the others (never waiting for two locks at once).
+    /// For an `add` whose own stripe (`own`, locked) is full: returns the read lock of a
+    /// stripe whose shard has room, with `own` released, and `task` back; or refuses
+    /// `task`, giving back its `max_pending` reservation, if every shard is full. It only
+    /// tries the others while `own` is held (never waiting for two locks at once).
     #[cold]
-    fn stripe_with_room(&self) -> Option<ReadGuard<'_, TimingWheel>> {
-        (0..self.timing_wheel.stripes()).find_map(|stripe| {
+    fn stripe_with_room<'a>(
+        &'a self,
+        own: ReadGuard<'a, TimingWheel>,
+        task: Box<dyn TimerTask>,
+    ) -> Result<(ReadGuard<'a, TimingWheel>, Box<dyn TimerTask>), AddError> {
+        let other = (0..self.timing_wheel.stripes()).find_map(|stripe| {
             let mut read = self.timing_wheel.try_read(stripe)?;
             (!read.shard().is_full()).then_some(read)
-        })
+        });
+        let Some(other) = other else {
+            self.unreserve_pending();
+            return Err(refuse(own, AddError::Full(task)));
+        };
+        drop(own);
+        Ok((other, task))
     }
 
     /// Closes the timer and returns what was still waiting (`None` if it was closed
