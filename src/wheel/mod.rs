@@ -488,3 +488,156 @@ mod tests {
         assert!(ex.layout().is_empty());
     }
 }
+
+/// Kafka's `TimingWheelTest`, ported: apache/kafka
+/// `server-common/src/test/java/org/apache/kafka/server/util/timer/TimingWheelTest.java`
+/// (commit 088b333), licensed to the Apache Software Foundation (ASF) under the Apache
+/// License, Version 2.0; see <http://www.apache.org/licenses/LICENSE-2.0>.
+///
+/// Deviations: Kafka's task counter is the shard's count of entries. An entry is a slot of
+/// the shard that `TimingWheel::add` lists, or, refused, leaves unlisted for the caller to
+/// remove. `add_cancelled_task`: here a cancel takes the entry out of the store at once, so a
+/// cancelled entry cannot reach `add` at all; the test checks that the cancel left nothing
+/// in the wheel's list for a flush to add again (Kafka: `add` of a cancelled entry returns
+/// false). The overflow wheel is compared by address (Kafka's `assertSame`).
+#[cfg(test)]
+mod kafka_timing_wheel_test {
+    use super::*;
+    use crate::mock::MockTime;
+    use crate::store::{EntryKey, StripedRwLock};
+
+    const START_MS: i64 = 1000;
+    const TICK_MS: i64 = 10;
+    const WHEEL_SIZE: usize = 5;
+
+    /// The wheel of Kafka's `setUp`: tick 10 ms, 5 buckets, started at 1000 ms.
+    struct Fixture {
+        lock: StripedRwLock<TimingWheel>,
+        queue: Arc<BucketQueue>,
+    }
+
+    fn set_up() -> Fixture {
+        let queue = Arc::new(DelayQueue::new(Arc::new(MockTime::new())));
+        let geometry = Arc::new(Geometry::new(TICK_MS, WHEEL_SIZE, START_MS));
+        let wheel = TimingWheel::new(geometry, START_MS, Arc::clone(&queue));
+        Fixture {
+            lock: StripedRwLock::new(wheel, 1, None, None),
+            queue,
+        }
+    }
+
+    impl Fixture {
+        /// Kafka's `timingWheel.add(new TimerTaskEntry(task, expirationMs))`: the entry's
+        /// key if the wheel took it; a refused entry is removed from the store.
+        fn add(&self, expiration_ms: i64) -> Option<EntryKey> {
+            let mut read = self.lock.read(0);
+            let wheel = read.value();
+            let shard = read.shard();
+            let task = crate::task::timer_task(0, || {});
+            let key = shard.insert_unlisted(task, expiration_ms).ok().unwrap();
+            let entry = Entry {
+                index: key.index,
+                expiration_ms,
+            };
+            if wheel.add(shard, entry) {
+                return Some(key);
+            }
+            drop(shard.remove(key.index));
+            None
+        }
+
+        fn entries(&self) -> usize {
+            self.lock.read(0).shard().len()
+        }
+
+        fn advance_clock(&self, time_ms: i64) {
+            let write = self.lock.write();
+            write.value().advance_clock(time_ms, &write);
+        }
+
+        fn levels(&self) -> Vec<&TimingWheel> {
+            self.lock.value_for_tests().levels()
+        }
+    }
+
+    #[test]
+    fn add_valid_task() {
+        let fixture = set_up();
+        assert!(fixture.add(START_MS + TICK_MS * 2).is_some());
+        assert_eq!(fixture.queue.len(), 1, "its list was offered to the queue");
+        assert_eq!(fixture.entries(), 1);
+    }
+
+    #[test]
+    fn add_expired_task() {
+        let fixture = set_up();
+        assert!(fixture.add(START_MS - 1).is_none());
+        assert_eq!((fixture.queue.len(), fixture.entries()), (0, 0));
+    }
+
+    #[test]
+    fn add_cancelled_task() {
+        let fixture = set_up();
+        let expiration_ms = START_MS + TICK_MS * 2;
+        let key = fixture.add(expiration_ms).unwrap();
+        let mut read = fixture.lock.read(0);
+        let list = read.value().place(expiration_ms).unwrap().list.id();
+        let shard = read.shard();
+        assert!(
+            shard.take(key).is_some(),
+            "what `TimerTaskEntry::cancel` does"
+        );
+        assert!(!shard.is_live(key));
+        assert_eq!(shard.list_len(list), 0, "nothing left for a flush to add");
+    }
+
+    #[test]
+    fn add_task_in_current_bucket() {
+        let fixture = set_up();
+        assert!(
+            fixture.add(START_MS + 5).is_none(),
+            "within the current tick: expired at once"
+        );
+    }
+
+    #[test]
+    fn advance_clock_within_tick() {
+        let fixture = set_up();
+        fixture.advance_clock(START_MS + 5);
+        assert_eq!(fixture.levels()[0].current_time_ms(), START_MS);
+    }
+
+    #[test]
+    fn advance_clock_to_next_tick() {
+        let fixture = set_up();
+        fixture.advance_clock(START_MS + TICK_MS);
+        assert_eq!(fixture.levels()[0].current_time_ms(), START_MS + TICK_MS);
+    }
+
+    #[test]
+    fn overflow_wheel_creation() {
+        let fixture = set_up();
+        assert_eq!(fixture.levels().len(), 1, "no overflow wheel at first");
+        let overflow_ms = START_MS + TICK_MS * WHEEL_SIZE as i64 + TICK_MS;
+        assert!(fixture.add(overflow_ms).is_some());
+        let levels = fixture.levels();
+        assert_eq!(levels.len(), 2, "the first overflowing add creates it");
+        assert!(fixture.add(overflow_ms + 1).is_some());
+        let again = fixture.levels();
+        assert_eq!(again.len(), 2);
+        assert!(std::ptr::eq(levels[1], again[1]), "the second one uses it");
+    }
+
+    #[test]
+    fn advance_clock_with_overflow_wheel() {
+        let fixture = set_up();
+        let interval_ms = TICK_MS * WHEEL_SIZE as i64;
+        assert!(fixture.add(START_MS + interval_ms + TICK_MS).is_some());
+        assert_eq!(fixture.levels().len(), 2);
+        let advance_ms = START_MS + interval_ms + 10;
+        fixture.advance_clock(advance_ms);
+        let levels = fixture.levels();
+        assert_eq!(levels[0].current_time_ms(), advance_ms);
+        assert_eq!(levels[1].current_time_ms(), START_MS + interval_ms);
+    }
+}

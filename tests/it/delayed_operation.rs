@@ -1,7 +1,9 @@
 //! Kafka's `DelayedOperationTest`, ported.
 //!
 //! Source: apache/kafka,
-//! `server-common/src/test/java/org/apache/kafka/server/purgatory/DelayedOperationTest.java`.
+//! `server-common/src/test/java/org/apache/kafka/server/purgatory/DelayedOperationTest.java`
+//! (checked against commit 2fb8b98: no test added since the port), and
+//! `core/src/test/scala/unit/kafka/cluster/PartitionTest.scala` (commit 98cdf97, KAFKA-17240).
 //! Licensed to the Apache Software Foundation (ASF) under the Apache License, Version 2.0;
 //! see <http://www.apache.org/licenses/LICENSE-2.0>.
 //!
@@ -34,10 +36,18 @@
 //!   attempts from a shuffled queue, each after a random 0-9 ms pause, instead of a
 //!   `ScheduledExecutorService`; a seeded xorshift replaces `java.util.Random`. Also
 //!   asserts each operation's `on_complete` ran exactly once.
+//! - `PartitionTest.tryCompleteDelayedRequestsCatchesExceptions` mocks three purgatories
+//!   that all throw and checks that `Partition` swallows it; this port has no `Partition`:
+//!   three real purgatories, one of whose operations panics in `try_complete`, checked by a
+//!   caller that catches each panic. It asserts that the other two complete their operation
+//!   and that the one that panicked still watches its operation and completes it later.
+//! - KAFKA-18027 (an operation completed before it is watched under all its keys is not
+//!   watched under the rest) changed the purgatory without a test; one is added here.
 
 use crate::common;
 
 use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::thread;
@@ -70,6 +80,8 @@ impl<Op: DelayedOperation> Drop for Fixture<Op> {
 struct MockOp {
     delay_ms: i64,
     completable: AtomicBool,
+    /// `try_complete` panics (Kafka's mocked `checkAndComplete` that throws).
+    panics: AtomicBool,
     completions: AtomicUsize,
     expirations: AtomicUsize,
     completed_tx: Mutex<Option<mpsc::Sender<()>>>,
@@ -80,6 +92,7 @@ impl MockOp {
         Delayed::new(MockOp {
             delay_ms,
             completable: AtomicBool::new(false),
+            panics: AtomicBool::new(false),
             completions: AtomicUsize::new(0),
             expirations: AtomicUsize::new(0),
             completed_tx: Mutex::new(None),
@@ -99,6 +112,7 @@ impl DelayedOperation for MockOp {
         self.delay_ms
     }
     fn try_complete(&self) -> bool {
+        assert!(!self.panics.load(Ordering::SeqCst), "uh oh");
         self.completable.load(Ordering::SeqCst)
     }
     fn on_complete(&self) {
@@ -325,6 +339,48 @@ fn cancel_for_key_returns_the_cancelled_operations() {
 fn cancel_for_key_of_an_unknown_key_returns_nothing() {
     let fixture = Fixture::<MockOp>::new();
     assert!(fixture.purgatory.cancel_for_key(&"test1").is_empty());
+}
+
+/// Kafka's purgatory, as corrected since the port: an operation completed before it is
+/// watched under every key is not watched under the remaining ones, nor timed.
+#[test]
+fn a_completed_operation_is_not_watched_under_its_remaining_keys() {
+    let fixture = Fixture::new();
+    let op = MockOp::new(100_000);
+    assert!(op.force_complete());
+    assert!(
+        !fixture
+            .purgatory
+            .try_complete_else_watch(&op, &["a", "b", "c"])
+    );
+    assert_eq!(fixture.purgatory.watched(), 0);
+    assert_eq!(fixture.purgatory.num_delayed(), 0);
+    assert_eq!(op.operation().completions.load(Ordering::SeqCst), 1);
+}
+
+/// `PartitionTest.tryCompleteDelayedRequestsCatchesExceptions`: a partition checks its
+/// fetch, produce and delete-records purgatories in turn, catching a failure in each, so
+/// one that fails does not keep the others from completing.
+#[test]
+fn try_complete_delayed_requests_catches_exceptions() {
+    let purgatories = [Fixture::new(), Fixture::new(), Fixture::new()];
+    let ops = [(); 3].map(|()| MockOp::new(100_000));
+    for (fixture, op) in purgatories.iter().zip(&ops) {
+        assert!(!fixture.purgatory.try_complete_else_watch(op, &["tp"]));
+        op.operation().completable.store(true, Ordering::SeqCst);
+    }
+    ops[1].operation().panics.store(true, Ordering::SeqCst);
+    let completed = purgatories.each_ref().map(|fixture| {
+        catch_unwind(AssertUnwindSafe(|| {
+            fixture.purgatory.check_and_complete(&"tp")
+        }))
+        .ok()
+    });
+    assert_eq!(completed, [Some(1), None, Some(1)]);
+    // The purgatory that panicked goes on: its operation is still watched, and completes.
+    assert_eq!(purgatories[1].purgatory.watched(), 1);
+    ops[1].operation().panics.store(false, Ordering::SeqCst);
+    assert_eq!(purgatories[1].purgatory.check_and_complete(&"tp"), 1);
 }
 
 /// Operations of the multi-threaded test.

@@ -15,6 +15,10 @@
 //! - `cancel` returns whether it prevented the run; a closed timer refuses tasks.
 //! - A panicking task is not caught: the panic reaches the caller of `advance_clock`.
 //! - `MockTime::sleep` of a negative duration panics (Kafka's moves the clock back).
+//!
+//! Kafka's `MockTimer` has dropped cancelled entries since KAFKA-19216 (its `size` counted
+//! them before), without a test of its own; here
+//! `cancelled_task_never_runs_and_leaves_the_timer` holds the port to it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

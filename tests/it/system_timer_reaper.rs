@@ -1,7 +1,8 @@
 //! Kafka's `SystemTimerReaperTest`, ported, plus the reaper's own guarantees.
 //!
 //! Source: apache/kafka,
-//! `server-common/src/test/java/org/apache/kafka/server/util/timer/SystemTimerReaperTest.java`.
+//! `server-common/src/test/java/org/apache/kafka/server/util/timer/SystemTimerReaperTest.java`
+//! (checked against commit 2e5fb87, after KAFKA-19937: nothing added since the port).
 //! Licensed to the Apache Software Foundation (ASF) under the Apache License, Version 2.0;
 //! see <http://www.apache.org/licenses/LICENSE-2.0>.
 //!

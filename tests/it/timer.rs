@@ -1,7 +1,8 @@
 //! Kafka's `TimerTest`, ported.
 //!
 //! Source: apache/kafka `server-common/src/test/java/org/apache/kafka/server/util/timer/
-//! TimerTest.java`, Apache License 2.0.
+//! TimerTest.java` (checked against commit 2e5fb87: nothing added since the port), Apache
+//! License 2.0.
 //!
 //! Deviations:
 //! - Tasks report to a shared `Mutex<Vec<i64>>` and a channel instead of `CountDownLatch`es;
