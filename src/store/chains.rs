@@ -72,13 +72,31 @@ impl Item for Block {
 }
 
 /// Where an entry is listed: its block and its offset there, packed as `block << 8 |
-/// offset`; [`Loc::UNLISTED`] for an entry in no list.
+/// offset`; [`Loc::UNLISTED`] for an entry in no list; [`Loc::held`] for one in its
+/// shard's backlog.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Loc(u32);
+
+/// The offset no block has that marks a held entry: its block bits are its place in the
+/// backlog (below 2^24: a shard's slots).
+const HELD: u32 = 0xFE;
 
 impl Loc {
     /// In no list: just taken out of one by a flush, or in a timer without lists.
     pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
+
+    /// Held, at place `at` of the shard's backlog (see `held`).
+    #[inline]
+    pub(crate) fn held(at: usize) -> Loc {
+        debug_assert!(at < MAX_BLOCKS);
+        Loc((at as u32) << 8 | HELD)
+    }
+
+    /// The place in the backlog of a held entry; `None` for any other.
+    #[inline]
+    pub(crate) fn held_at(self) -> Option<usize> {
+        (self.0 & 0xFF == HELD).then_some((self.0 >> 8) as usize)
+    }
 
     #[inline]
     fn new(block: u32, offset: usize) -> Loc {
@@ -113,6 +131,8 @@ impl fmt::Debug for Loc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if *self == Loc::UNLISTED {
             f.write_str("Loc::UNLISTED")
+        } else if let Some(at) = self.held_at() {
+            write!(f, "Loc::held({at})")
         } else {
             write!(f, "Loc(block {}, offset {})", self.block(), self.offset())
         }
@@ -292,31 +312,6 @@ impl Chains {
             self.give_back(bottom);
         }
         Some(index)
-    }
-
-    /// Takes the oldest entry of list `id` out, detached or not, and returns its slot (a
-    /// list used as a queue: its entries come out in the order they went in, but for
-    /// cancels); `None` once the list is empty.
-    pub(crate) fn pop_oldest(&mut self, id: u32) -> Option<u32> {
-        if let Some(index) = self.pop_detached(id) {
-            return Some(index);
-        }
-        self.detach(id);
-        self.pop_detached(id)
-    }
-
-    /// Returns the slot of the entry [`pop_oldest`](Chains::pop_oldest) would take.
-    pub(crate) fn oldest(&self, id: u32) -> Option<u32> {
-        let part = self.parts.get(id as usize)?;
-        if part.detached.bottom != NIL {
-            return Some(self.entry(part.detached.bottom, part.head as usize));
-        }
-        (part.current.bottom != NIL).then(|| self.entry(part.current.bottom, 0))
-    }
-
-    /// Returns the list the entry at `loc` is in.
-    pub(crate) fn list_of(&self, loc: Loc) -> u32 {
-        self.header(loc.block(), LIST)
     }
 
     /// Calls `f` with the slot of every entry of list `id` in this shard, detached ones
@@ -586,32 +581,16 @@ mod tests {
     }
 
     #[test]
-    fn a_list_used_as_a_queue_gives_its_entries_back_in_the_order_they_went_in() {
-        let mut m = Model::new();
-        for index in 0..300 {
-            m.push(0, index);
-        }
-        assert_eq!(m.chains.oldest(0), Some(0));
-        let first: Vec<u32> = (0..100).map(|_| m.chains.pop_oldest(0).unwrap()).collect();
-        for index in 300..600 {
-            m.push(0, index);
-        }
-        let mut rest = Vec::new();
-        while let Some(index) = m.chains.oldest(0) {
-            assert_eq!(m.chains.pop_oldest(0), Some(index));
-            rest.push(index);
-        }
-        assert_eq!(first, (0..100).collect::<Vec<u32>>());
-        assert_eq!(rest, (100..600).collect::<Vec<u32>>());
-        assert_eq!(m.chains.blocks_in_use(), 0);
-    }
-
-    #[test]
     fn locs_pack_block_and_offset() {
         let loc = Loc::new((1 << 24) - 1, BLOCK_ENTRIES - 1);
         assert_eq!(loc.block(), (1 << 24) - 1);
         assert_eq!(loc.offset(), BLOCK_ENTRIES - 1);
         assert_ne!(loc, Loc::UNLISTED);
         assert_eq!(Loc::from_raw(loc.into_raw()), loc);
+        assert_eq!(loc.held_at(), None);
+        assert_eq!(Loc::UNLISTED.held_at(), None);
+        let held = Loc::held(MAX_BLOCKS - 1);
+        assert_eq!(held.held_at(), Some(MAX_BLOCKS - 1));
+        assert_ne!(held, Loc::UNLISTED);
     }
 }

@@ -10,7 +10,8 @@
 //! - [`shard`]: one shard, its state behind its mutex, and its published counts;
 //!   [`pool`]: the shards of all timers, pooled for the life of the process.
 //! - [`slots`]: 32-byte slots, one per entry; [`chains`]: each list's part in a shard, as
-//!   chains of slot indices; [`clones`]: what cloned handles share.
+//!   chains of slot indices; [`held`]: the shard's backlog of due entries, a heap;
+//!   [`clones`]: what cloned handles share.
 //! - [`chunks`] and [`region`]: the memory both live in, mapped and unmapped in 64 KiB
 //!   chunks; [`released`]: memory taken out under a lock and given back after it.
 //! - [`handle`]: the [`TimerTaskEntry`] a caller holds.
@@ -21,6 +22,7 @@ mod chains;
 mod chunks;
 mod clones;
 mod handle;
+mod held;
 mod lock;
 mod pool;
 mod region;
@@ -32,5 +34,5 @@ pub use handle::TimerTaskEntry;
 pub(crate) use lock::{ReadGuard, StripedRwLock, WriteGuard, thread_hint};
 pub(crate) use pool::Shards;
 pub(crate) use released::Released;
-pub(crate) use shard::{Count, Entry, HELD_LIST, Shard, ShardState};
+pub(crate) use shard::{Count, Entry, Shard, ShardState};
 pub(crate) use slots::EntryKey;

@@ -5,8 +5,8 @@
 //!
 //! The lock order is in `crate::lock_order`. Here:
 //!
-//! - A [`ShardState`] — slots, list chains, clone records, counts — is guarded by its
-//!   shard's mutex. An entry lives and moves within one shard.
+//! - A [`ShardState`] — slots, list chains, held entries, clone records, counts — is
+//!   guarded by its shard's mutex. An entry lives and moves within one shard.
 //! - [`Shard::counts`] are atomics written under the mutex, through the guard, when what
 //!   they count happens, and read without it; the pending entries are derived from them.
 //! - The timer's own work (a writer, a flush chunk) locks with [`Shard::lock_urgent`]: while
@@ -23,14 +23,11 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::chains::{Chains, Loc};
 use super::clones::Clones;
+use super::held::HeldQueue;
 use super::released::Released;
 use super::slots::{EntryKey, Slots};
 use crate::prefetch::prefetch;
 use crate::task::{Expired, TimerTask};
-
-/// The list that holds a timer's due tasks while its executor is at `max_in_flight`: the
-/// backlog, a queue (see `system_timer::backlog`). The wheel's lists come after it.
-pub(crate) const HELD_LIST: u32 = 0;
 
 /// An entry as the wheel sees it: its slot, and when it expires (Kafka's `TimerTaskEntry`
 /// without the task).
@@ -92,8 +89,8 @@ pub(crate) struct ShardState {
     /// The pending entries of the whole timer, kept exactly when it has a `max_pending`
     /// bound: every entry that leaves this shard takes itself off.
     pending: Option<Arc<AtomicUsize>>,
-    /// Entries in this shard's backlog ([`HELD_LIST`]).
-    held: usize,
+    /// This shard's backlog: its due entries while the executor is at `max_in_flight`.
+    held: HeldQueue,
     /// The held entries of the whole timer, kept when it has a `max_in_flight` bound: every
     /// entry that enters or leaves the backlog counts itself, with `SeqCst` (see
     /// `threads::executor`, "The bound on tasks in flight").
@@ -108,7 +105,7 @@ impl ShardState {
             flushed: Vec::new(),
             clones: Clones::default(),
             pending: None,
-            held: 0,
+            held: HeldQueue::new(),
             held_total: None,
         }
     }
@@ -265,43 +262,42 @@ impl ShardState {
         self.unlist(loc);
     }
 
-    /// Takes the entry listed at `loc` out of its list (nothing for `Loc::UNLISTED`); the
-    /// entry that moves into its place records its new place.
+    /// Takes the entry listed at `loc` out of its list or the backlog (nothing for
+    /// `Loc::UNLISTED`); the entries that move record their new places.
     #[inline]
     fn unlist(&mut self, loc: Loc) {
         if loc == Loc::UNLISTED {
             return;
         }
-        if self.held > 0 {
-            self.count_out_if_held(loc);
+        if let Some(at) = loc.held_at() {
+            self.unhold(at);
+            return;
         }
         if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).set_loc(at);
         }
     }
 
+    /// Takes the entry at place `at` of the backlog out of it, and returns its slot. Apart,
+    /// so that a cancel on a timer that holds nothing does not carry it.
+    #[cold]
+    fn unhold(&mut self, at: usize) -> u32 {
+        self.count_held_out(1);
+        self.held.remove(&mut self.slots, at)
+    }
+
     /// Puts the unlisted entry in slot `index`, which is due, into the backlog: it stays
     /// pending, and cancellable, until [`take_held`](Self::take_held) takes it out.
     pub(crate) fn hold(&mut self, index: u32) {
-        self.link(HELD_LIST, index);
-        self.held += 1;
+        debug_assert_eq!(self.slots.get(index).loc(), Loc::UNLISTED);
+        self.held.push(&mut self.slots, index);
         if let Some(total) = &self.held_total {
             total.fetch_add(1, Ordering::SeqCst);
         }
     }
 
-    /// Counts the entry at `loc`, which is leaving its list, out of the backlog if that is
-    /// its list. Apart, so that a cancel on a timer that holds nothing does not carry it.
-    #[cold]
-    fn count_out_if_held(&mut self, loc: Loc) {
-        if self.chains.list_of(loc) == HELD_LIST {
-            self.count_held_out(1);
-        }
-    }
-
     /// Counts `count` entries out of the backlog.
     fn count_held_out(&mut self, count: usize) {
-        self.held -= count;
         if let Some(total) = &self.held_total {
             total.fetch_sub(count, Ordering::SeqCst);
         }
@@ -310,16 +306,13 @@ impl ShardState {
     /// Returns the expiration of the oldest entry of the backlog: the one
     /// [`take_held`](Self::take_held) takes next.
     pub(crate) fn oldest_held_ms(&self) -> Option<i64> {
-        if self.held == 0 {
-            return None;
-        }
-        let index = self.chains.oldest(HELD_LIST)?;
-        Some(self.slots.get(index).expiration_ms())
+        self.held.oldest_ms()
     }
 
-    /// Takes entries out of the backlog, oldest first, and appends their tasks to `out`: at
-    /// most `max`, and after the first only while they expire no later than `until_ms`.
-    /// Returns how many (the caller counts them expired).
+    /// Takes entries out of the backlog, oldest expiration first (then the order they came
+    /// due), and appends their tasks to `out`: at most `max`, and after the first only while
+    /// they expire no later than `until_ms`. Returns how many (the caller counts them
+    /// expired).
     pub(crate) fn take_held(&mut self, max: usize, until_ms: i64, out: &mut Vec<Expired>) -> usize {
         let mut taken = 0;
         while taken < max {
@@ -329,11 +322,8 @@ impl ShardState {
             if taken > 0 && expiration_ms > until_ms {
                 break;
             }
-            let Some(index) = self.chains.pop_oldest(HELD_LIST) else {
-                break;
-            };
-            self.count_held_out(1);
-            // Out of its list already: its slot's place is stale.
+            let index = self.unhold(0);
+            // Out of the backlog already: its slot's place is stale.
             let (task, _) = self.slots.vacate(index);
             if let Some(pending) = &self.pending {
                 pending.fetch_sub(1, Ordering::Relaxed);
@@ -364,7 +354,8 @@ impl ShardState {
         if let Some(pending) = &self.pending {
             pending.fetch_sub(self.slots.len(), Ordering::Relaxed);
         }
-        self.count_held_out(self.held);
+        self.count_held_out(self.held.len());
+        self.held.clear();
         let mut released = self.take_released();
         released.holds_tasks = true;
         self.slots.chunks().clear(&mut released.slots);
@@ -375,7 +366,7 @@ impl ShardState {
     /// Readies a pooled shard for a new timer: `pending` and `held_total` to keep (see
     /// their fields; the guard resets the counts, see `ShardGuard::reset`).
     fn reset(&mut self, pending: Option<Arc<AtomicUsize>>, held_total: Option<Arc<AtomicUsize>>) {
-        debug_assert_eq!(self.held, 0);
+        debug_assert_eq!(self.held.len(), 0);
         self.pending = pending;
         self.held_total = held_total;
     }

@@ -3,12 +3,12 @@
 //! without bound, where they can no longer be cancelled; here they stay in the store until
 //! the executor has room.
 //!
-//! Each shard keeps its held entries in a list of its own ([`HELD_LIST`]), a queue: an
-//! entry that comes due under a shard's lock is appended to it rather than taken out of the
-//! store (`Expiring`), so it stays pending, counted by `size()`, and a `cancel` takes it out
-//! in O(1), as from any list. A refill (`threads::executor`, "The bound on tasks in
-//! flight") takes held entries out of the shard whose oldest one expired first, which each
-//! shard publishes as it unlocks (`Shard::oldest_held_ms`): the shards' queues merged,
+//! Each shard keeps its held entries in a priority queue by expiration, then the order
+//! they came due (`store::held`): an entry that comes due under a shard's lock goes there
+//! rather than out of the store (`Expiring`), so it stays pending, counted by `size()`, and
+//! a `cancel` takes it out in O(log n). A refill (`threads::executor`, "The bound on tasks
+//! in flight") takes held entries out of the shard whose oldest one expired first, which
+//! each shard publishes as it unlocks (`Shard::oldest_held_ms`): the shards' queues merged,
 //! oldest expiration first.
 //!
 //! # Ground rules
@@ -20,14 +20,13 @@
 //!   the executor after `close` cleared the store.
 //! - `held` counts the entries of every shard's backlog; shards change it under their lock,
 //!   with `SeqCst` (see `ShardState::hold`).
-//! - A held entry keeps its place in the queue until it leaves; a cancel moves the last
-//!   entry of its chain into the hole (as in any list), so cancels can let a newer task
-//!   go ahead of older ones, never hold one back.
+//! - Tasks of one expiration held in different shards go over in no promised order, as
+//!   tasks due in the same tick run in none.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::store::{Count, HELD_LIST, Shard};
+use crate::store::{Count, Shard};
 use crate::task::Expired;
 use crate::threads::executor::HeldTasks;
 
@@ -47,7 +46,6 @@ impl Backlog {
         closed: Arc<AtomicBool>,
         held: Arc<AtomicUsize>,
     ) -> Backlog {
-        debug_assert_eq!(HELD_LIST, 0, "the wheel's lists come after the backlog's");
         Backlog {
             shards: shards.into(),
             closed,

@@ -224,12 +224,10 @@ impl SystemTimerBuilder {
     /// [`size`](Timer::size) and [`stats`](SystemTimer::stats)' `pending` (not `expired`),
     /// and [`cancel`](crate::TimerTaskEntry::cancel) on them returns true and drops them at
     /// once. As running tasks finish, the threads that ran them hand held ones over, oldest
-    /// expiration first, across all the threads that added them: in the order the timer
-    /// found them due, which is the order it would hand them over in without the bound
-    /// (the order of tasks due in the same tick is never promised, and a driver that falls
-    /// behind finds a coarser bucket's tasks due together, in the order they were added).
-    /// A cancel of a held task can let a newer held task go ahead of older ones; it never
-    /// holds one back. Nothing busy-waits and nothing is lost.
+    /// expiration first across all the threads that added them, and tasks of the same
+    /// expiration in the order they came due (added from different threads, in no promised
+    /// order, as tasks due in the same tick run in none). Nothing busy-waits and nothing is
+    /// lost.
     ///
     /// - A task added with a delay of zero or less, or rescheduled to one, is held like any
     ///   other that comes due: its entry is pending (not already handed over), and with
@@ -239,7 +237,7 @@ impl SystemTimerBuilder {
     /// - [`close`](Timer::close) drops the held tasks, [`stop`](Timer::stop) hands them
     ///   back, as any task still waiting.
     /// - [`reschedule`](Timer::reschedule) of a held task moves it back into the wheel (or,
-    ///   to a delay of zero or less, to the end of the backlog) and returns true.
+    ///   to a delay of zero or less, to its new place in the backlog) and returns true.
     ///
     /// A held task costs what a pending one does (a 32-byte slot, in the timer's own
     /// memory), not a job on the executor's queue.

@@ -404,8 +404,10 @@ impl SystemTimer {
             handover.send();
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
-        if !self.reserve_pending() {
-            return Err(refuse(read, AddError::Full(task)));
+        // A due task never waits, so it is never refused for being full: held, it counts as
+        // pending, past `max_pending` if need be.
+        if let Some((_, pending)) = &self.max_pending {
+            pending.fetch_add(1, Ordering::AcqRel);
         }
         let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
             Ok(key) => (read, key),
@@ -570,7 +572,7 @@ impl Timer for SystemTimer {
     fn size(&self) -> usize {
         match &self.max_pending {
             // A bounded timer keeps the count exactly, one shared counter: never a moment
-            // above the bound, as a sum of the shards' lengths could be.
+            // above the bound (but for due tasks held), as a sum of the shards' lengths could be.
             Some((_, pending)) => pending.load(Ordering::Acquire),
             None => self.timing_wheel.shards().counts().pending() as usize,
         }

@@ -6,9 +6,9 @@
 //! lead its flush has: see `wheel`), so the lists give lower bounds, and the earliest
 //! expiration is found by reading the entries of the lists in the order of those bounds,
 //! until the next bound is no earlier than the best expiration read. The candidates: every
-//! list that is queued to be flushed (its expiration is set), the lists whose flushes an
-//! earlier `advance_clock` call left unfinished, and the backlog of held tasks (all due,
-//! so read first, whole).
+//! list that is queued to be flushed (its expiration is set), and the lists whose flushes
+//! an earlier `advance_clock` call left unfinished. Held tasks are all due: each shard's
+//! backlog, a heap, gives its oldest first.
 //!
 //! # Ground rules
 //!
@@ -20,7 +20,7 @@
 //! on a quiet timer is exact.
 
 use super::SystemTimer;
-use crate::store::{HELD_LIST, thread_hint};
+use crate::store::thread_hint;
 
 impl SystemTimer {
     /// Returns the earliest expiration among the pending tasks, exact (a task's own
@@ -36,7 +36,7 @@ impl SystemTimer {
     /// It locks the shards one at a time, briefly, and reads the expirations of the entries of the
     /// earliest lists: at the lowest level, the tasks due in the earliest millisecond that
     /// has any; when the earliest list is a coarser one (the next task is far away), that
-    /// list's tasks; with tasks held, all of those. `docs/performance.md` has its
+    /// list's tasks; with tasks held, the oldest of each shard. `docs/performance.md` has its
     /// figures. Adds and cancels pay nothing for it.
     ///
     /// While other threads add, cancel or flush, the result may miss what they do
@@ -65,9 +65,6 @@ impl SystemTimer {
             lists
         };
         self.flusher.unfinished_lists(&mut candidates);
-        if self.executor.is_bounded() {
-            candidates.push((i64::MIN, HELD_LIST));
-        }
         // One read per list, at its lowest bound, in the order of the bounds.
         candidates.sort_unstable_by_key(|&(lower_ms, id)| (id, lower_ms));
         candidates.dedup_by_key(|&mut (_, id)| id);
@@ -76,6 +73,7 @@ impl SystemTimer {
         for stripe in 0..self.timing_wheel.stripes() {
             let mut read = self.timing_wheel.read(stripe);
             let shard = read.shard();
+            earliest = earliest.into_iter().chain(shard.oldest_held_ms()).min();
             for &(lower_ms, id) in &candidates {
                 if earliest.is_some_and(|earliest| lower_ms >= earliest) {
                     break;

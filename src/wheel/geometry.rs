@@ -2,8 +2,6 @@
 //! each list is due. The one home of the rule that maps an expiration to a list, used by
 //! `add` to place an entry; pure arithmetic, every step saturating.
 
-use crate::store::HELD_LIST;
-
 /// List ids must stay below this (a shard keeps a part per id).
 const MAX_LISTS: u64 = 1 << 31;
 
@@ -120,8 +118,7 @@ impl Geometry {
         let start_ms = clamp_start(start_ms);
         let mut levels = Vec::with_capacity(count as usize);
         let mut tick_ms = tick_ms;
-        // The wheel's lists come after the backlog's.
-        let mut first_list = u64::from(HELD_LIST) + 1;
+        let mut first_list = 0u64;
         for level in 0..count {
             let lists_per_bucket = if level > 0 && split { 2 } else { 1 };
             let lower_tick_ms = levels.last().map_or(0, |l: &LevelShape| l.tick_ms);
@@ -252,28 +249,22 @@ mod tests {
     #[test]
     fn list_for_splits_buckets_above_the_lowest_level() {
         let geometry = Geometry::new(1, 20, 0);
-        // Level 0: one list per 1 ms bucket, due at the bucket (list 0 is the backlog).
-        assert_eq!(
-            geometry.list_for(0, 45),
-            ListFor {
-                id: 1 + 5,
-                due_ms: 45
-            }
-        );
+        // Level 0: one list per 1 ms bucket, due at the bucket.
+        assert_eq!(geometry.list_for(0, 45), ListFor { id: 5, due_ms: 45 });
         // Level 1 (20 ms buckets): [40, 50) early, due 10 ms ahead; [50, 60) late.
         let early = geometry.list_for(1, 45);
         let late = geometry.list_for(1, 55);
         assert_eq!(
             early,
             ListFor {
-                id: 1 + 20 + 2 * 2,
+                id: 20 + 2 * 2,
                 due_ms: 30
             }
         );
         assert_eq!(
             late,
             ListFor {
-                id: 1 + 20 + 2 * 2 + 1,
+                id: 20 + 2 * 2 + 1,
                 due_ms: 40
             }
         );
@@ -288,7 +279,7 @@ mod tests {
         assert_eq!(odd.list_for(1, 5).due_ms, 3);
         // A wheel of size 1 never splits.
         let one = Geometry::new(7, 1, 0);
-        assert_eq!(one.list_for(0, 20), ListFor { id: 1, due_ms: 14 });
+        assert_eq!(one.list_for(0, 20), ListFor { id: 0, due_ms: 14 });
     }
 
     #[test]

@@ -99,9 +99,7 @@ fn at_the_bound_due_tasks_stay_pending_and_cancellable() {
 }
 
 /// Tasks due at different times, added from four threads (four shards), held while the
-/// executor is busy: they run in the order of their expirations. (A driver that falls
-/// behind finds a coarser bucket's tasks due at once, and holds them in the order it finds
-/// them, as it would hand them over without the bound.)
+/// executor is busy: they run in the order of their expirations.
 #[test]
 fn held_tasks_go_to_the_executor_oldest_expiration_first_across_threads() {
     const TASKS: i64 = 40;
@@ -140,6 +138,37 @@ fn held_tasks_go_to_the_executor_oldest_expiration_first_across_threads() {
         order.lock().unwrap().len() == TASKS as usize
     });
     assert_eq!(*order.lock().unwrap(), (1..=TASKS).collect::<Vec<_>>());
+    timer.close();
+}
+
+/// Tasks found due together (the driver fell behind: one coarse bucket), and one added
+/// overdue after them, go over by expiration, not in the order they were found or added;
+/// `next_expiration_ms` names the one that goes first.
+#[test]
+fn held_tasks_found_due_together_or_added_overdue_go_over_oldest_expiration_first() {
+    let time = MockTime::new();
+    let timer = SystemTimer::builder("oldest-first-late")
+        .time(time.clone())
+        .max_in_flight(1)
+        .build();
+    let gate = ExecutorGate::shut(&timer, 1);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let add = |delay: i64| {
+        let order = Arc::clone(&order);
+        timer.add(timer_task(delay, move || order.lock().unwrap().push(delay)))
+    };
+    for delay in [48, 41, 45, 43] {
+        add(delay);
+    }
+    time.sleep(2_000);
+    while timer.advance_clock(0) {}
+    let overdue = add(-3_000);
+    assert_eq!(timer.next_expiration_ms(), Some(overdue.expiration_ms()));
+    gate.open();
+    eventually(PATIENCE, "every held task ran", || {
+        order.lock().unwrap().len() == 5
+    });
+    assert_eq!(*order.lock().unwrap(), [-3_000, 41, 43, 45, 48]);
     timer.close();
 }
 

@@ -14,8 +14,8 @@ use std::thread;
 use std::time::Duration;
 
 use common::rng::Rng;
-use common::sync::{SetOnDrop, barrier};
-use common::{Counted, NEVER_MS, counted, mocked};
+use common::sync::{ExecutorGate, SetOnDrop, barrier, eventually};
+use common::{Counted, NEVER_MS, PATIENCE, counted, mocked};
 use timingwheel::{
     AddError, FnTask, IntoDelayMs, MockTimer, SystemTimer, SystemTimerReaper, Timer, TimerStats,
     TimerTask, TimerTaskEntry, timer_task,
@@ -162,6 +162,36 @@ fn a_task_due_now_is_never_refused_for_being_full() {
     }
     barrier(&timer);
     assert_eq!(tally.runs(), 6);
+    assert_eq!(timer.stats().refused, 1);
+}
+
+/// With `max_in_flight` a due task is held in the timer, pending, but still never refused
+/// for being full: it counts in `size()` above `max_pending` until it runs.
+#[test]
+fn a_task_due_now_is_never_refused_for_being_full_with_max_in_flight() {
+    let timer = SystemTimer::builder("full-but-held")
+        .max_pending(2)
+        .max_in_flight(1)
+        .build();
+    let tally = Tally::default();
+    let gate = ExecutorGate::shut(&timer, 1);
+    let waiting: Vec<TimerTaskEntry> = (0..2)
+        .map(|_| timer.try_add(tally.task(NEVER_MS)).unwrap())
+        .collect();
+    assert!(timer.try_add(tally.task(NEVER_MS)).is_err(), "full");
+    let due = timer
+        .try_add(tally.task(0))
+        .expect("due now: never refused");
+    assert!(timer.reschedule(&waiting[0], 0), "nor rescheduled to now");
+    assert_eq!(timer.size(), 3, "both held, both pending");
+    gate.open();
+    eventually(PATIENCE, "both ran", || tally.runs() == 2);
+    assert!(!due.cancel() && !waiting[0].cancel());
+    timer
+        .try_add(tally.task(-1))
+        .expect("nor with the executor idle");
+    eventually(PATIENCE, "it ran", || tally.runs() == 3);
+    assert_eq!(timer.size(), 1);
     assert_eq!(timer.stats().refused, 1);
 }
 
