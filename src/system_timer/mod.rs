@@ -344,13 +344,15 @@ fn refuse(read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
 }
 
 impl SystemTimer {
-    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not.
+    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not; refuses it
+    /// for `max_pending` only if `bounded`.
     #[inline]
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
         delay_ms: i64,
         expiration_ms: i64,
+        bounded: bool,
     ) -> Result<TimerTaskEntry, AddError> {
         let mut read = self.timing_wheel.read(thread_hint());
         if self.is_closed() {
@@ -364,9 +366,9 @@ impl SystemTimer {
             read.value().place(expiration_ms)
         };
         let Some(placement) = placement else {
-            return self.insert_due(read, task, expiration_ms);
+            return self.insert_due(read, task, expiration_ms, bounded);
         };
-        if !self.reserve_pending() {
+        if !self.reserve_pending(bounded) {
             return Err(refuse(read, AddError::Full(task)));
         }
         let shard = read.shard();
@@ -389,6 +391,7 @@ impl SystemTimer {
         mut read: ReadGuard<'_, TimingWheel>,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
+        bounded: bool,
     ) -> Result<TimerTaskEntry, AddError> {
         if !self.executor.is_bounded() {
             read.count(Count::Added, 1);
@@ -404,7 +407,7 @@ impl SystemTimer {
             handover.send();
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
-        if !self.reserve_pending() {
+        if !self.reserve_pending(bounded) {
             return Err(refuse(read, AddError::Full(task)));
         }
         let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
@@ -454,13 +457,13 @@ impl SystemTimer {
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if
-    /// the timer holds its maximum already.
-    fn reserve_pending(&self) -> bool {
+    /// the timer holds its maximum already and the entry is `bounded`.
+    fn reserve_pending(&self, bounded: bool) -> bool {
         match &self.max_pending {
             None => true,
             Some((max, pending)) => pending
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < *max).then_some(n + 1)
+                    (n < *max || !bounded).then_some(n + 1)
                 })
                 .is_ok(),
         }
@@ -484,7 +487,7 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = self.expiration_after(delay_ms);
-        match self.insert(task, delay_ms, expiration_ms) {
+        match self.insert(task, delay_ms, expiration_ms, true) {
             Ok(entry) => entry,
             Err(refused) => {
                 drop(refused);
@@ -496,7 +499,13 @@ impl Timer for SystemTimer {
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
         let delay_ms = task.delay_ms();
         let expiration_ms = self.expiration_after(delay_ms);
-        self.insert(task, delay_ms, expiration_ms)
+        self.insert(task, delay_ms, expiration_ms, true)
+    }
+
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        self.insert(task, delay_ms, expiration_ms, false)
     }
 
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
