@@ -239,13 +239,12 @@ fn runs_never_overlap_on_a_pool_of_executor_threads() {
         })
         .collect();
     thread::sleep(STRESS_FOR);
+    // Ten runs each may take longer on a loaded machine.
+    eventually(PATIENCE, "ten runs of every schedule", || {
+        handles.iter().all(|handle| handle.runs() >= 10)
+    });
     for handle in &handles {
         assert!(handle.cancel());
-        assert!(
-            handle.runs() >= 10,
-            "a schedule barely ran: {}",
-            handle.runs()
-        );
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
     timer.close();
@@ -298,6 +297,8 @@ fn a_run_may_cancel_its_own_schedule_on_a_pool() {
     eventually(PATIENCE, "the schedule to cancel itself", || {
         !handle.is_active()
     });
+    // Waits for the run that cancelled it, which may not have returned yet.
+    assert!(!handle.cancel());
     let runs = handle.runs();
     assert!(runs >= 1);
     thread::sleep(Duration::from_millis(20));
