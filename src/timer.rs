@@ -64,6 +64,37 @@ pub trait Timer: Send + Sync {
     /// ```
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError>;
 
+    /// Like [`try_add`](Timer::try_add), but past any bound on pending tasks: a timer that
+    /// holds its maximum ([`SystemTimerBuilder::max_pending`]) takes the task all the same,
+    /// and goes over its bound by one. For a task that must not be lost, such as the one
+    /// tick a periodic schedule keeps pending
+    /// ([`schedule_periodic`](crate::schedule_periodic)): each user of it goes over the
+    /// bound by at most one task of its own at a time.
+    ///
+    /// Provided as `try_add`, for a timer with no such bound; a wrapper forwards it.
+    ///
+    /// [`SystemTimerBuilder::max_pending`]: crate::SystemTimerBuilder::max_pending
+    ///
+    /// # Errors
+    ///
+    /// [`AddError::Closed`] once the timer is closed; [`AddError::Full`] only when its
+    /// storage is full.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, SystemTimer, Timer};
+    ///
+    /// let timer = SystemTimer::builder("bounded").max_pending(1).build();
+    /// timer.try_add(timer_task(60_000, || {})).unwrap();
+    /// assert!(timer.try_add(timer_task(60_000, || {})).is_err(), "full");
+    /// assert!(timer.try_add_unbounded(timer_task(60_000, || {})).is_ok());
+    /// assert_eq!(timer.size(), 2, "one over the bound");
+    /// ```
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.try_add(task)
+    }
+
     /// Moves the pending task of `entry` to `delay_ms` from now on this timer's clock, in
     /// O(1), without allocating (Kafka: add the same task again; tokio-util:
     /// `DelayQueue::reset`; Linux: `mod_timer`).
@@ -124,8 +155,9 @@ pub trait Timer: Send + Sync {
     /// Returns the number of tasks added and neither expired nor cancelled.
     ///
     /// Read without waiting for the threads that add, cancel or flush: while they work, the
-    /// count may lag them by a moment (never above a `max_pending` bound). It is exact once
-    /// the timer is quiet, and 0 once it is closed, since a closed timer holds no task.
+    /// count may lag them by a moment (never above a `max_pending` bound, but by the tasks
+    /// of [`try_add_unbounded`](Timer::try_add_unbounded)). It is exact once the timer is
+    /// quiet, and 0 once it is closed, since a closed timer holds no task.
     ///
     /// # Differences from Kafka
     ///
@@ -202,6 +234,12 @@ macro_rules! delegate_timer {
             }
             fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
                 (**self).try_add(task)
+            }
+            fn try_add_unbounded(
+                &self,
+                task: Box<dyn TimerTask>,
+            ) -> Result<TimerTaskEntry, AddError> {
+                (**self).try_add_unbounded(task)
             }
             fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
                 (**self).reschedule(entry, delay_ms)

@@ -276,6 +276,10 @@ impl Timer for WorkerTimer {
         self.timer.try_add(self.on_worker(task))
     }
 
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.timer.try_add_unbounded(self.on_worker(task))
+    }
+
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
         self.timer.reschedule(entry, delay_ms)
     }

@@ -14,8 +14,10 @@
 //! hand-over to the executor, and shows in `TimerStats` as a task added and expired).
 //!
 //! A `SystemTimer` rounds the instant of an `add` up to the next whole millisecond, so the
-//! "now" read this way is at most 1 ms ahead of its clock, never behind: a schedule built
-//! on it is never early.
+//! "now" read this way is at most 1 ms ahead of its clock, never behind: a tick a schedule
+//! waits for is never early. But a tick due at that "now" counts as due at once (as it must
+//! on a `MockTimer`, whose clock is exact): on a real clock, such a tick (Burst's catch-up,
+//! a period of 5 ms or less) may come up to 1 ms before its time.
 
 use crate::task::timer_task;
 use crate::timer::Timer;

@@ -53,6 +53,12 @@ use crate::timer::Timer;
 /// the next tick (see [`Interval`](crate::Interval)), and keeps the timer alive (it holds the
 /// `Arc`) until it ends. Dropping the handles does not end it.
 ///
+/// A full timer neither ends a schedule nor drops its tick: the schedule adds each tick with
+/// [`try_add_unbounded`](Timer::try_add_unbounded), so a timer that holds its
+/// [`max_pending`](crate::SystemTimerBuilder::max_pending) tasks takes it all the same, and
+/// goes over its bound by one task per live schedule. Only a closed timer, or one whose
+/// storage is full, refuses it: the schedule then ends.
+///
 /// # Panics
 ///
 /// Panics if `period_ms` is zero or negative. A panic inside `run` ends the schedule (as in
@@ -384,7 +390,9 @@ impl Schedule {
         };
         drop(state);
         let tick = TokenTask::boxed(Arc::clone(self), generation, self.period_ms, ());
-        let added = match timer.try_add(tick) {
+        // Past `max_pending`: a refused tick would end the schedule, which nothing could
+        // wake again once room is made.
+        let added = match timer.try_add_unbounded(tick) {
             Ok(entry) => {
                 let now_ms = clock_ms(&*timer, entry.expiration_ms(), self.period_ms);
                 let next_ms = tick_ms.map_or(entry.expiration_ms(), |tick_ms| {

@@ -61,8 +61,10 @@ impl SystemTimerBuilder {
     /// `max_pending`, [`try_add`](Timer::try_add) returns [`AddError::Full`] and
     /// [`add`](Timer::add) a refused entry. A task whose delay is zero or negative never
     /// waits, so it is never refused for being full, unless
-    /// [`max_in_flight`](Self::max_in_flight) makes it wait. Default: no bound but the
-    /// storage's (2^24 tasks per shard).
+    /// [`max_in_flight`](Self::max_in_flight) makes it wait. Nor is a task added with
+    /// [`try_add_unbounded`](Timer::try_add_unbounded), such as a periodic schedule's next
+    /// tick: each live schedule may hold one place over the bound. Default: no bound but
+    /// the storage's (2^24 tasks per shard).
     ///
     /// The count is exact across threads: a bounded timer keeps one more shared counter,
     /// which every add and every departure of a task updates.

@@ -344,13 +344,15 @@ fn refuse(read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
 }
 
 impl SystemTimer {
-    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not.
+    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not; refuses it
+    /// for `max_pending` only if `bounded`.
     #[inline]
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
         delay_ms: i64,
         expiration_ms: i64,
+        bounded: bool,
     ) -> Result<TimerTaskEntry, AddError> {
         let mut read = self.timing_wheel.read(thread_hint());
         if self.is_closed() {
@@ -366,7 +368,7 @@ impl SystemTimer {
         let Some(placement) = placement else {
             return self.insert_due(read, task, expiration_ms);
         };
-        if !self.reserve_pending() {
+        if !self.reserve_pending(bounded) {
             return Err(refuse(read, AddError::Full(task)));
         }
         let shard = read.shard();
@@ -406,9 +408,7 @@ impl SystemTimer {
         }
         // A due task never waits, so it is never refused for being full: held, it counts as
         // pending, past `max_pending` if need be.
-        if let Some((_, pending)) = &self.max_pending {
-            pending.fetch_add(1, Ordering::AcqRel);
-        }
+        self.reserve_pending(false);
         let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
             Ok(key) => (read, key),
             Err(task) => {
@@ -456,13 +456,13 @@ impl SystemTimer {
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if
-    /// the timer holds its maximum already.
-    fn reserve_pending(&self) -> bool {
+    /// the timer holds its maximum already and the entry is `bounded`.
+    fn reserve_pending(&self, bounded: bool) -> bool {
         match &self.max_pending {
             None => true,
             Some((max, pending)) => pending
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < *max).then_some(n + 1)
+                    (n < *max || !bounded).then_some(n + 1)
                 })
                 .is_ok(),
         }
@@ -486,7 +486,7 @@ impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         let delay_ms = task.delay_ms();
         let expiration_ms = self.expiration_after(delay_ms);
-        match self.insert(task, delay_ms, expiration_ms) {
+        match self.insert(task, delay_ms, expiration_ms, true) {
             Ok(entry) => entry,
             Err(refused) => {
                 drop(refused);
@@ -498,7 +498,13 @@ impl Timer for SystemTimer {
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
         let delay_ms = task.delay_ms();
         let expiration_ms = self.expiration_after(delay_ms);
-        self.insert(task, delay_ms, expiration_ms)
+        self.insert(task, delay_ms, expiration_ms, true)
+    }
+
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
+        self.insert(task, delay_ms, expiration_ms, false)
     }
 
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {

@@ -118,6 +118,10 @@ impl Timer for SystemTimerReaper {
         self.timer.try_add(task)
     }
 
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.timer.try_add_unbounded(task)
+    }
+
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
         self.timer.reschedule(entry, delay_ms)
     }
