@@ -228,7 +228,7 @@ impl IntoDelayMs for i64 {
 impl IntoDelayMs for Duration {
     fn into_delay_ms(self) -> i64 {
         let whole_ms = self.as_millis();
-        let rounded_up = whole_ms + u128::from(!self.subsec_nanos().is_multiple_of(1_000_000));
+        let rounded_up = whole_ms + u128::from(self.subsec_nanos() % 1_000_000 != 0);
         i64::try_from(rounded_up).unwrap_or(i64::MAX)
     }
 }

@@ -566,9 +566,7 @@ impl ExpiredStripe {
     /// Counts how late the expiry this thread is running started, as its timer measured
     /// it (`crate::lateness`), if lateness is counted at all.
     fn record_lateness(&self) {
-        if let Some(lateness) = &self.lateness
-            && let Some(late_us) = running_late_us()
-        {
+        if let (Some(lateness), Some(late_us)) = (&self.lateness, running_late_us()) {
             lateness.record(late_us);
         }
     }
