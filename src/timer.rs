@@ -151,8 +151,9 @@ pub trait Timer: Send + Sync {
     ///
     /// - [`SystemTimer`](crate::SystemTimer) first waits for a flush in progress on another
     ///   thread (it holds the wheel's lock; it runs no user code), then for the task its
-    ///   executor is running and the ones queued behind it. It waits at most 10 s after the
-    ///   first `close` or `stop` of the timer, a deadline all callers share; past it, it
+    ///   executor is running and the ones queued behind it. It waits at most 10 s (its
+    ///   [`close_timeout`](crate::SystemTimerBuilder::close_timeout)) after the first
+    ///   `close` or `stop` of the timer, a deadline all callers share; past it, it
     ///   logs a warning and returns, and the late tasks still finish on the executor thread.
     ///   Called on the executor thread itself (from a task), it does not wait: a task cannot
     ///   wait for itself, or for the tasks queued behind it. On an executor of the caller's

@@ -51,9 +51,6 @@ use expiring::{Expiring, add_timer_task_entry};
 use flush::Flusher;
 pub use reaper::SystemTimerReaper;
 
-/// How long `close` waits for tasks already handed to the executor (Kafka waits twice 5 s).
-const CLOSE_WAIT: Duration = Duration::from_secs(10);
-
 /// Kafka's `SystemTimer`: a hierarchical timing wheel with O(1) add and cancel, a delay
 /// queue of buckets, and an executor that runs expired tasks (a pool of its own of one
 /// thread by default, as in Kafka).
@@ -145,6 +142,9 @@ pub struct SystemTimer {
     /// Moves due lists' entries on, a chunk at a time, most urgent first.
     flusher: Flusher,
     executor: Executor,
+    /// How long `close` waits for the executor's tasks
+    /// ([`SystemTimerBuilder::close_timeout`]).
+    close_timeout: Duration,
     /// Set once, under the write lock. Shared with the backlog, which takes no held task
     /// once it is set.
     closed: Arc<AtomicBool>,
@@ -636,15 +636,16 @@ impl SystemTimer {
                 cleared.task_count()
             );
         }
-        let left = self.executor.wait_idle(CLOSE_WAIT);
+        let left = self.executor.wait_idle(self.close_timeout);
         // Once per timer: later closes, and the drop, give up at the same deadline.
         if left > 0 && self.executor.first_give_up() {
             // Only the built-in pool's threads record what they run.
             let names = self.executor.running_task_names();
             log::warn!(
                 "timer {}: {left} tasks handed to the executor still unfinished after \
-                 {CLOSE_WAIT:?}; not waiting longer (running now: {})",
+                 {:?}; not waiting longer (running now: {})",
                 self.executor_name,
+                self.close_timeout,
                 if names.is_empty() {
                     "not known".to_owned()
                 } else {
