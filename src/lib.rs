@@ -29,18 +29,25 @@
 //! # Driving the timer
 //!
 //! A [`SystemTimer`] does not advance by itself: one thread calls
-//! [`advance_clock`](Timer::advance_clock) in a loop, as Kafka does:
+//! [`advance_clock`](Timer::advance_clock) in one of two loops, which differ in when they
+//! end:
 //!
 //! ```no_run
 //! # use timingwheel::{SystemTimer, Timer};
 //! # let timer = SystemTimer::new("purgatory");
-//! # let running = || true;
-//! while running() {
+//! // Drain until idle, as Kafka's tests do (`while (timer.advanceClock(2000)) {}`): ends
+//! // once 200 ms pass with nothing due. A task added later waits for the next loop.
+//! while timer.advance_clock(200) {}
+//!
+//! // Drive until closed, as Kafka's reaper does (`while (running) timer.advanceClock(200)`):
+//! // a service's driver thread. Another thread's `close` wakes and ends it.
+//! while !timer.is_closed() {
 //!     timer.advance_clock(200);
 //! }
 //! ```
 //!
-//! or a [`SystemTimerReaper`] does it on a thread of its own, as Kafka's reaper does.
+//! A [`SystemTimerReaper`] runs the second loop on a thread of its own, as Kafka's reaper
+//! does.
 //! Expired tasks run on the timer's executor: by default a thread of its own
 //! (`executor-{name}`), never the driving thread; the builder can put them on a
 //! `threadpool::ThreadPool` the service owns, or on any executor, and bound how many it

@@ -117,8 +117,11 @@ pub trait Timer: Send + Sync {
     ///   timer does not wait at all, as a [`MockTimer`](crate::MockTimer), whose
     ///   `advance_clock` moves its clock instead.
     ///
-    /// So the driving loop is Kafka's `while (running) timer.advanceClock(200)`: the value
-    /// is for statistics, not for deciding whether tasks are left.
+    /// So a loop that drives a service runs until the timer is closed, as Kafka's reaper
+    /// does (`while !timer.is_closed() { timer.advance_clock(200); }`); one that drains, as
+    /// Kafka's tests do (`while timer.advance_clock(2000) {}`), ends at the first
+    /// `timeout_ms` with nothing due, and a task added later waits for the next loop. The
+    /// crate docs, "Driving the timer", show both.
     fn advance_clock(&self, timeout_ms: i64) -> bool;
 
     /// Returns the number of tasks added and neither expired nor cancelled.
