@@ -184,6 +184,9 @@ pub use schedule::send_task::send_task;
 pub use store::TimerTaskEntry;
 pub use system_timer::{SystemTimer, SystemTimerBuilder, SystemTimerReaper};
 pub use task::{FnTask, IntoDelayMs, TimerTask, timer_task};
+/// The crate of the pool [`SystemTimerBuilder::threadpool`] takes, so that a caller's pool
+/// is of the same version.
+pub use threadpool;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
 

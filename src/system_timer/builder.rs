@@ -148,7 +148,7 @@ impl SystemTimerBuilder {
     ///
     /// ```
     /// use std::sync::mpsc;
-    /// use threadpool::ThreadPool;
+    /// use timingwheel::threadpool::ThreadPool; // re-exported: the version the timer takes
     /// use timingwheel::{timer_task, SystemTimer, Timer};
     ///
     /// let pool = ThreadPool::with_name("service".into(), 4);
