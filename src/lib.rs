@@ -29,18 +29,25 @@
 //! # Driving the timer
 //!
 //! A [`SystemTimer`] does not advance by itself: one thread calls
-//! [`advance_clock`](Timer::advance_clock) in a loop, as Kafka does:
+//! [`advance_clock`](Timer::advance_clock) in one of two loops, which differ in when they
+//! end:
 //!
 //! ```no_run
 //! # use timingwheel::{SystemTimer, Timer};
 //! # let timer = SystemTimer::new("purgatory");
-//! # let running = || true;
-//! while running() {
+//! // Drain until idle, as Kafka's tests do (`while (timer.advanceClock(2000)) {}`): ends
+//! // once 200 ms pass with nothing due. A task added later waits for the next loop.
+//! while timer.advance_clock(200) {}
+//!
+//! // Drive until closed, as Kafka's reaper does (`while (running) timer.advanceClock(200)`):
+//! // a service's driver thread. Another thread's `close` wakes and ends it.
+//! while !timer.is_closed() {
 //!     timer.advance_clock(200);
 //! }
 //! ```
 //!
-//! or a [`SystemTimerReaper`] does it on a thread of its own, as Kafka's reaper does.
+//! A [`SystemTimerReaper`] runs the second loop on a thread of its own, as Kafka's reaper
+//! does.
 //! Expired tasks run on the timer's executor: by default a thread of its own
 //! (`executor-{name}`), never the driving thread; the builder can put them on a
 //! `threadpool::ThreadPool` the service owns, or on any executor, and bound how many it
@@ -177,6 +184,9 @@ pub use schedule::send_task::send_task;
 pub use store::TimerTaskEntry;
 pub use system_timer::{SystemTimer, SystemTimerBuilder, SystemTimerReaper};
 pub use task::{FnTask, IntoDelayMs, TimerTask, timer_task};
+/// The crate of the pool [`SystemTimerBuilder::threadpool`] takes, so that a caller's pool
+/// is of the same version.
+pub use threadpool;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
 

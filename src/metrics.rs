@@ -160,9 +160,10 @@ pub(crate) struct RecordOnReturn<'a, F: FnOnce() -> TimerStats> {
 impl<F: FnOnce() -> TimerStats> Drop for RecordOnReturn<'_, F> {
     #[inline]
     fn drop(&mut self) {
-        if cfg!(feature = "metrics")
-            && let Some(stats) = self.stats.take()
-        {
+        if !cfg!(feature = "metrics") {
+            return;
+        }
+        if let Some(stats) = self.stats.take() {
             self.metrics.record(&stats());
         }
     }

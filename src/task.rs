@@ -110,8 +110,9 @@ impl fmt::Debug for dyn TimerTask {
 
 /// Creates a task that calls `f` once, `delay` after it is added to a timer.
 ///
-/// The delay is `i64` milliseconds or a [`Duration`](std::time::Duration) (see
-/// [`IntoDelayMs`]: a `Duration` is rounded up and saturates, never turns negative).
+/// The delay is milliseconds (`i64`, `i32`, `u32`, `u64`) or a
+/// [`Duration`](std::time::Duration) (see [`IntoDelayMs`]: a `Duration` is rounded up and
+/// saturates, never turns negative).
 ///
 /// # Examples
 ///
@@ -193,15 +194,23 @@ impl<F> fmt::Debug for FnTask<F> {
     }
 }
 
-/// A delay: `i64` milliseconds, as Kafka takes it, or a [`std::time::Duration`].
+/// A delay: milliseconds as `i64` (Kafka's), `i32`, `u32` or `u64` (as a config file gives
+/// them), or a [`std::time::Duration`].
 ///
 /// A `Duration` is rounded *up* to the next whole millisecond, so a task never waits less
 /// than asked, and saturates at `i64::MAX` ms, so a huge `Duration` never turns into a
 /// negative delay (which would mean "already expired"). The natural
 /// `duration.as_millis() as i64` gets both wrong: it rounds down, and it wraps
-/// `Duration::MAX` to -1.
+/// `Duration::MAX` to -1. A `u64` beyond `i64::MAX` saturates the same way.
 ///
-/// Integer literals keep working wherever a delay is taken: `timer_task(30_000, f)`.
+/// Integer literals keep working wherever a delay is taken: `timer_task(30_000, f)`. With
+/// several integer types to choose from, Rust makes an unsuffixed literal an `i32`, so one
+/// beyond `i32::MAX` (24.8 days in ms) does not compile ("literal out of range for `i32`"):
+/// write it `3_000_000_000_u32`, `_i64`, or as a `Duration`.
+///
+/// ```compile_fail
+/// timingwheel::timer_task(3_000_000_000, || {}); // an i32 literal, out of range
+/// ```
 ///
 /// # Examples
 ///
@@ -210,6 +219,8 @@ impl<F> fmt::Debug for FnTask<F> {
 /// use timingwheel::IntoDelayMs;
 ///
 /// assert_eq!(250.into_delay_ms(), 250);
+/// assert_eq!(3_000_000_000_u32.into_delay_ms(), 3_000_000_000);
+/// assert_eq!(u64::MAX.into_delay_ms(), i64::MAX, "saturated, never negative");
 /// assert_eq!(Duration::from_millis(250).into_delay_ms(), 250);
 /// assert_eq!(Duration::from_micros(1).into_delay_ms(), 1, "rounded up");
 /// assert_eq!(Duration::MAX.into_delay_ms(), i64::MAX, "saturated, never negative");
@@ -225,10 +236,29 @@ impl IntoDelayMs for i64 {
     }
 }
 
+/// An unsuffixed integer literal's type, once the other integer impls make it ambiguous.
+impl IntoDelayMs for i32 {
+    fn into_delay_ms(self) -> i64 {
+        self.into()
+    }
+}
+
+impl IntoDelayMs for u32 {
+    fn into_delay_ms(self) -> i64 {
+        self.into()
+    }
+}
+
+impl IntoDelayMs for u64 {
+    fn into_delay_ms(self) -> i64 {
+        i64::try_from(self).unwrap_or(i64::MAX)
+    }
+}
+
 impl IntoDelayMs for Duration {
     fn into_delay_ms(self) -> i64 {
         let whole_ms = self.as_millis();
-        let rounded_up = whole_ms + u128::from(!self.subsec_nanos().is_multiple_of(1_000_000));
+        let rounded_up = whole_ms + u128::from(self.subsec_nanos() % 1_000_000 != 0);
         i64::try_from(rounded_up).unwrap_or(i64::MAX)
     }
 }

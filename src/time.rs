@@ -52,7 +52,7 @@ pub trait Time: Send + Sync + fmt::Debug {
     /// use timingwheel::{MockTime, Time};
     ///
     /// let time = MockTime::new();
-    /// time.sleep(10_000_000_000_000); // 10^13 ms: past the i64 nanosecond range
+    /// time.sleep(10_000_000_000_000_i64); // 10^13 ms: past the i64 nanosecond range
     /// assert_eq!(time.nanoseconds(), i64::MAX, "saturated");
     /// assert_eq!(
     ///     time.nanoseconds_wide(),

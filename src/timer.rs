@@ -148,8 +148,11 @@ pub trait Timer: Send + Sync {
     ///   timer does not wait at all, as a [`MockTimer`](crate::MockTimer), whose
     ///   `advance_clock` moves its clock instead.
     ///
-    /// So the driving loop is Kafka's `while (running) timer.advanceClock(200)`: the value
-    /// is for statistics, not for deciding whether tasks are left.
+    /// So a loop that drives a service runs until the timer is closed, as Kafka's reaper
+    /// does (`while !timer.is_closed() { timer.advance_clock(200); }`); one that drains, as
+    /// Kafka's tests do (`while timer.advance_clock(2000) {}`), ends at the first
+    /// `timeout_ms` with nothing due, and a task added later waits for the next loop. The
+    /// crate docs, "Driving the timer", show both.
     fn advance_clock(&self, timeout_ms: i64) -> bool;
 
     /// Returns the number of tasks added and neither expired nor cancelled.
@@ -183,8 +186,9 @@ pub trait Timer: Send + Sync {
     ///
     /// - [`SystemTimer`](crate::SystemTimer) first waits for a flush in progress on another
     ///   thread (it holds the wheel's lock; it runs no user code), then for the task its
-    ///   executor is running and the ones queued behind it. It waits at most 10 s after the
-    ///   first `close` or `stop` of the timer, a deadline all callers share; past it, it
+    ///   executor is running and the ones queued behind it. It waits at most 10 s (its
+    ///   [`close_timeout`](crate::SystemTimerBuilder::close_timeout)) after the first
+    ///   `close` or `stop` of the timer, a deadline all callers share; past it, it
     ///   logs a warning and returns, and the late tasks still finish on the executor thread.
     ///   Called on the executor thread itself (from a task), it does not wait: a task cannot
     ///   wait for itself, or for the tasks queued behind it. On an executor of the caller's

@@ -48,14 +48,10 @@ impl Percentiles {
 /// A non-negative integer with thousands separators: `1234567` as `1,234,567`.
 pub(crate) fn group(n: impl Display) -> String {
     let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
+    let groups: Vec<&str> = (digits.as_bytes().rchunks(3).rev())
+        .map(|group| std::str::from_utf8(group).expect("a number's digits are ASCII"))
+        .collect();
+    groups.join(",")
 }
 
 /// The process's peak resident set size in KiB (`VmHWM` in `/proc/self/status`), where

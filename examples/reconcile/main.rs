@@ -170,10 +170,10 @@ pub(crate) fn run(config: &Config) -> Report {
             if created_at.is_none() && !creating.load(Ordering::Acquire) {
                 created_at = Some(Instant::now());
             }
-            if let Some(created_at) = created_at
-                && ((payer.is_finished() && shop.settled() >= u64::from(config.orders))
-                    || created_at.elapsed() > patience)
-            {
+            if created_at.is_some_and(|created_at| {
+                (payer.is_finished() && shop.settled() >= u64::from(config.orders))
+                    || created_at.elapsed() > patience
+            }) {
                 break;
             }
         }

@@ -181,9 +181,9 @@ pub(crate) fn run(config: &Config) -> Report {
             if beats_ended.is_none() && heartbeater.is_finished() {
                 beats_ended = Some(Instant::now());
             }
-            if let Some(ended) = beats_ended
-                && (group.expired.load(Ordering::Acquire) >= stopping || ended.elapsed() > patience)
-            {
+            if beats_ended.is_some_and(|ended| {
+                group.expired.load(Ordering::Acquire) >= stopping || ended.elapsed() > patience
+            }) {
                 break;
             }
         }

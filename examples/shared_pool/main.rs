@@ -107,8 +107,8 @@ pub(crate) fn run(config: &Config) -> Report {
     if config.max_in_flight > 0 {
         builder = builder.max_in_flight(config.max_in_flight);
     }
-    let timer = Arc::new(builder.build());
-    let reaper = SystemTimerReaper::new("request-timeouts-reaper", Arc::clone(&timer));
+    let reaper = SystemTimerReaper::new("request-timeouts-reaper", builder.build());
+    let timer = reaper.get_ref();
     let requests: Arc<Vec<Request>> =
         Arc::new((0..config.requests).map(|_| Request::default()).collect());
     let work = Arc::new(Work::default());
@@ -118,9 +118,8 @@ pub(crate) fn run(config: &Config) -> Report {
     let mut rng = config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let progress = config.progress.then(ProgressLine::new);
     for id in 0..config.requests as usize {
-        if let Some(progress) = &progress
-            && id % (config.rate_per_s as usize / 4).max(1) == 0
-        {
+        let show_progress = id % (config.rate_per_s as usize / 4).max(1) == 0;
+        if let Some(progress) = progress.as_ref().filter(|_| show_progress) {
             progress.show(&format!(
                 "{} requests sent, {} timeouts pending in the timer",
                 group(id),

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use crate::task::IntoDelayMs;
 use crate::time::{NANOS_PER_MS, Time};
 
 /// Kafka's `MockTime`: a manual clock, starting at an arbitrary fixed value.
@@ -75,13 +76,30 @@ impl MockTime {
         i128::from(self.hi_res_clock_ms()) * i128::from(NANOS_PER_MS)
     }
 
-    /// Moves both clocks forward by `ms` milliseconds (saturating); never blocks.
+    /// Moves both clocks forward by `ms` (saturating); never blocks. `ms` is a delay as
+    /// [`IntoDelayMs`] takes it: milliseconds of any of its integer types, or a `Duration`
+    /// (rounded up).
     ///
     /// # Panics
     ///
     /// Panics if `ms` is negative: a clock never goes back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use timingwheel::MockTime;
+    ///
+    /// let time = MockTime::new();
+    /// let start = time.hi_res_clock_ms();
+    /// time.sleep(10);
+    /// time.sleep(Duration::from_secs(1));
+    /// time.sleep(5_u64);
+    /// assert_eq!(time.hi_res_clock_ms(), start + 1_015);
+    /// ```
     #[track_caller]
-    pub fn sleep(&self, ms: i64) {
+    pub fn sleep(&self, ms: impl IntoDelayMs) {
+        let ms = ms.into_delay_ms();
         assert!(
             ms >= 0,
             "MockTime::sleep: ms must not be negative, got {ms}"

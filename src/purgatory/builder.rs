@@ -308,9 +308,13 @@ where
     ///
     /// Panics if the reaper thread cannot be spawned.
     pub fn build(self) -> DelayedOperationPurgatory<K, Op> {
-        let timer = self
-            .timer
-            .unwrap_or_else(|| Arc::new(SystemTimer::new(&self.purgatory_name)));
+        let (timer, system_timer) = match self.timer {
+            Some(timer) => (timer, None),
+            None => {
+                let own = Arc::new(SystemTimer::new(&self.purgatory_name));
+                (Arc::clone(&own) as Arc<dyn Timer>, Some(own))
+            }
+        };
         let metrics = PurgatoryMetrics::new(&self.purgatory_name);
         let inner = Arc::new(Inner {
             watch_lists: WatchLists::new(),
@@ -323,6 +327,7 @@ where
             purgatory_name: self.purgatory_name,
             broker_id: self.broker_id,
             timer,
+            system_timer,
             purge_interval: self.purge_interval,
             timer_enabled: self.timer_enabled,
         });

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
+use crate::system_timer::SystemTimer;
 use crate::threads::reaper::ReaperThread;
 use crate::timer::{AddError, Timer};
 
@@ -150,6 +151,8 @@ struct Inner<K, Op> {
     purgatory_name: String,
     broker_id: i32,
     timer: Arc<dyn Timer>,
+    /// `timer`, when it is the purgatory's own (no `.timer(..)` given).
+    system_timer: Option<Arc<SystemTimer>>,
     purge_interval: usize,
     timer_enabled: bool,
     /// The watch lists (`watch.rs`).
@@ -450,6 +453,28 @@ where
     /// ```
     pub fn expired_count(&self) -> u64 {
         self.inner.expired.total()
+    }
+
+    /// Returns the purgatory's own timer, the one [`new`](Self::new) (or a builder not
+    /// given a [`timer`](DelayedOperationPurgatoryBuilder::timer)) made, to read its
+    /// [`stats`](SystemTimer::stats) and [`lateness`](SystemTimer::lateness). `None` for a
+    /// timer the builder was given: whoever gave it can read it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
+    /// # include!("doc_op.rs");
+    /// # fn main() {
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::new("Produce", 0);
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[7]);
+    /// let timer = purgatory.system_timer().expect("new makes its own timer");
+    /// assert_eq!(timer.stats().added, 1);
+    /// let _late_p99_us = timer.lateness().p99_us;
+    /// # }
+    /// ```
+    pub fn system_timer(&self) -> Option<&SystemTimer> {
+        self.inner.system_timer.as_deref()
     }
 
     /// Stops watching `key`, and returns the operations that were watched under it and

@@ -101,9 +101,10 @@ pub trait DelayedOperation: Send + Sync + 'static {
     /// never once it has completed. Returning true completes it: its timeout is cancelled
     /// and [`on_complete`](DelayedOperation::on_complete) runs, still under the lock.
     ///
-    /// Kafka's operations call `forceComplete()` from here; that works too (the lock is
-    /// re-entrant), and completes the operation at once. Return true then as well: the
-    /// purgatory counts a completion by what this returns.
+    /// To complete the operation, return true: that is what Kafka's operations do by
+    /// calling `forceComplete()` from here. Do not store the operation's own [`Delayed`]
+    /// inside it (in a `OnceLock`, say) to call `force_complete` on: the `Delayed` holds
+    /// the operation, so that is a reference cycle, and every such operation leaks.
     fn try_complete(&self) -> bool;
 
     /// The completion logic (send the response). Runs exactly once per operation, on the
@@ -263,9 +264,10 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// else takes the operation's lock, waiting while another thread is inside its
     /// `try_complete`, checks again, and completes it. So `on_complete` never overlaps a
     /// `try_complete` in progress on another thread, and the operation completes once
-    /// whatever races. The lock is re-entrant: called from inside the operation's own
-    /// `try_complete` (as Kafka's operations do), it completes the operation there.
-    /// `on_complete` runs on this thread, under the lock; a panic in it propagates to the
+    /// whatever races. The lock is re-entrant, so a call from inside a `try_complete`
+    /// completes the operation there; but an operation completes itself by returning true
+    /// from its `try_complete`, not by keeping its own `Delayed` (a reference cycle: see
+    /// [`DelayedOperation::try_complete`]). `on_complete` runs on this thread, under the lock; a panic in it propagates to the
     /// caller, and the operation stays completed.
     ///
     /// # Examples
@@ -566,9 +568,7 @@ impl ExpiredStripe {
     /// Counts how late the expiry this thread is running started, as its timer measured
     /// it (`crate::lateness`), if lateness is counted at all.
     fn record_lateness(&self) {
-        if let Some(lateness) = &self.lateness
-            && let Some(late_us) = running_late_us()
-        {
+        if let (Some(lateness), Some(late_us)) = (&self.lateness, running_late_us()) {
             lateness.record(late_us);
         }
     }

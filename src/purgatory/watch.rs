@@ -224,11 +224,15 @@ fn move_out_completed<Op: DelayedOperation>(
     list: &mut Vec<Delayed<Op>>,
     removed: &mut Batch<Delayed<Op>>,
 ) {
-    // Moved, not dropped: the operation is dropped with `removed`, after the caller
+    // A clone goes to `removed`, so the last reference is dropped after the caller
     // releases its lock.
-    for operation in list.extract_if(.., |operation| operation.is_completed()) {
-        removed.push(operation);
-    }
+    list.retain(|operation| {
+        let completed = operation.is_completed();
+        if completed {
+            removed.push(operation.clone());
+        }
+        !completed
+    });
     if list.capacity() > 16 && list.len() * 4 < list.capacity() {
         list.shrink_to(list.len() * 2);
     }

@@ -2,8 +2,9 @@
 //!
 //! # Ground rules
 //!
-//! - The wrapped timer is shared (`Arc`) by the handle and the reaper thread; the thread
-//!   only calls `advance_clock(200)` on it, in the reapers' loop (`threads::reaper`).
+//! - The wrapped timer is shared (`Arc<T>`) by the handle and the reaper thread; the thread
+//!   only calls `advance_clock(200)` on it, in the reapers' loop (`threads::reaper`). The
+//!   handle keeps its type, so that `get_ref` can lend it out.
 //! - `close` and `stop` ask the loop to stop, then close the wrapped timer (which wakes a
 //!   thread blocked in `SystemTimer::advance_clock`), then join the thread. So an idle
 //!   reaper closes in the time it takes to wake and join a thread, not in one poll; called
@@ -13,6 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::SystemTimer;
 use crate::store::TimerTaskEntry;
 use crate::task::TimerTask;
 use crate::threads::reaper::ReaperThread;
@@ -24,9 +26,12 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// Kafka's `SystemTimerReaper`: wraps a timer and drives it from a thread of its own, which
 /// calls `advance_clock(200)` until the reaper is closed.
 ///
-/// [`add`](Timer::add) and [`size`](Timer::size) go to the wrapped timer;
+/// [`add`](Timer::add) and [`size`](Timer::size) go to the wrapped timer, which
+/// [`get_ref`](Self::get_ref) lends out (for a [`SystemTimer`]'s `stats` and `lateness`);
 /// [`close`](Timer::close) and [`stop`](Timer::stop) close the wrapped timer and stop the
-/// thread. Dropping the reaper closes it.
+/// thread. Dropping the reaper closes it. The type names what it wraps:
+/// `SystemTimerReaper` is `SystemTimerReaper<SystemTimer>`; a reaper of a shared timer is
+/// a `SystemTimerReaper<Arc<SystemTimer>>`.
 ///
 /// # Examples
 ///
@@ -39,6 +44,7 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// let (tx, rx) = mpsc::channel();
 /// timer.add(timer_task(10, move || tx.send(()).unwrap()));
 /// rx.recv_timeout(Duration::from_secs(5)).expect("fired without a driver loop");
+/// assert_eq!(timer.get_ref().stats().expired, 1);
 /// timer.close();
 /// assert!(timer.is_shutdown());
 /// ```
@@ -80,19 +86,19 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// - A poll that returns false before its 200 ms are up is followed by a wait for the rest
 ///   of them: the thread never spins on a closed timer or on one whose `advance_clock`
 ///   does not block (Kafka's reaper spins on a `MockTimer`).
-pub struct SystemTimerReaper {
-    timer: Arc<dyn Timer>,
+pub struct SystemTimerReaper<T: Timer = SystemTimer> {
+    timer: Arc<T>,
     thread: ReaperThread,
 }
 
-impl SystemTimerReaper {
+impl<T: Timer + 'static> SystemTimerReaper<T> {
     /// Wraps `timer` and starts the thread `reaper_name` that drives it.
     ///
     /// # Panics
     ///
     /// Panics if the thread cannot be spawned.
-    pub fn new<T: Timer + 'static>(reaper_name: &str, timer: T) -> SystemTimerReaper {
-        let timer: Arc<dyn Timer> = Arc::new(timer);
+    pub fn new(reaper_name: &str, timer: T) -> SystemTimerReaper<T> {
+        let timer = Arc::new(timer);
         let polled = Arc::clone(&timer);
         let thread = ReaperThread::spawn(
             format!("reaper {reaper_name}"),
@@ -102,6 +108,25 @@ impl SystemTimerReaper {
         );
         SystemTimerReaper { timer, thread }
     }
+}
+
+impl<T: Timer> SystemTimerReaper<T> {
+    /// Returns the timer it drives, as std's wrappers lend theirs (`BufReader::get_ref`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, SystemTimer, SystemTimerReaper, Timer};
+    ///
+    /// let reaper = SystemTimerReaper::new("reaper", SystemTimer::new("orders"));
+    /// reaper.add(timer_task(60_000, || {}));
+    /// assert_eq!(reaper.get_ref().stats().pending, 1);
+    /// assert_eq!(reaper.get_ref().lateness().count, 0, "nothing ran yet");
+    /// reaper.close();
+    /// ```
+    pub fn get_ref(&self) -> &T {
+        &self.timer
+    }
 
     /// True once the reaper thread has ended (after [`close`](Timer::close)).
     pub fn is_shutdown(&self) -> bool {
@@ -109,7 +134,7 @@ impl SystemTimerReaper {
     }
 }
 
-impl Timer for SystemTimerReaper {
+impl<T: Timer> Timer for SystemTimerReaper<T> {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         self.timer.add(task)
     }
@@ -157,13 +182,13 @@ impl Timer for SystemTimerReaper {
     }
 }
 
-impl Drop for SystemTimerReaper {
+impl<T: Timer> Drop for SystemTimerReaper<T> {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-impl fmt::Debug for SystemTimerReaper {
+impl<T: Timer> fmt::Debug for SystemTimerReaper<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SystemTimerReaper")
             .field("is_shutdown", &self.is_shutdown())

@@ -137,7 +137,10 @@ pub(crate) fn panic_message_and_location<T>(
     WRAP_THE_HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let message = info.payload_as_str().unwrap_or_default();
+            let payload = info.payload();
+            let message = (payload.downcast_ref::<&str>().copied())
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or_default();
             // `try_with`: a thread may panic while its thread-locals are being destroyed.
             let caught = CATCHING
                 .try_with(|catching| match &mut *catching.borrow_mut() {

@@ -1108,3 +1108,13 @@ mod example {
         }
     }
 }
+
+#[test]
+fn the_purgatorys_own_timer_is_readable_and_a_given_one_is_not_lent_back() {
+    let own = Purgatory::builder("own").reaper_enabled(false).build();
+    assert!(!own.try_complete_else_watch(&Probe::delayed(NEVER_MS), &[1]));
+    let stats = own.system_timer().expect("its own timer").stats();
+    assert_eq!((stats.added, stats.pending), (1, 1));
+    assert_eq!(own.system_timer().unwrap().lateness().count, 0);
+    assert!(on_a_still_clock::<Probe>().system_timer().is_none());
+}

@@ -534,6 +534,43 @@ fn a_duration_max_delay_saturates_and_never_fires() {
     assert!(entry.cancel());
 }
 
+/// A delay read from a config file as `u64` or `u32` is milliseconds; one beyond
+/// `i64::MAX` saturates. Unsuffixed literals are `i32` then (Rust's fallback when several
+/// integer types fit) and still mean milliseconds, up to `i32::MAX`.
+#[test]
+fn config_integers_and_literals_are_milliseconds_and_unsigned_ones_saturate() {
+    let timer = MockTimer::new();
+    let at = |delay_ms: i64| timer.time().hi_res_clock_ms().saturating_add(delay_ms);
+    let (from_u64, from_u32): (u64, u32) = (30_000, 45_000);
+    assert_eq!(
+        timer.add(timer_task(from_u64, || {})).expiration_ms(),
+        at(30_000)
+    );
+    assert_eq!(
+        timer.add(timer_task(from_u32, || {})).expiration_ms(),
+        at(45_000)
+    );
+    assert_eq!(
+        timer.add(timer_task(30_000, || {})).expiration_ms(),
+        at(30_000)
+    );
+    let largest = timer.add(timer_task(2_147_483_647, || {}));
+    assert_eq!(largest.expiration_ms(), at(i64::from(i32::MAX)));
+    let beyond = timer.add(timer_task(3_000_000_000_u32, || {}));
+    assert_eq!(beyond.expiration_ms(), at(3_000_000_000));
+    assert_eq!(timer.add(timer_task(-5, || {})).expiration_ms(), at(-5));
+    assert_eq!(
+        u64::MAX.into_delay_ms(),
+        i64::MAX,
+        "saturated, never negative"
+    );
+    assert_eq!(
+        timer.add(timer_task(u64::MAX, || {})).expiration_ms(),
+        i64::MAX
+    );
+    assert_eq!(timer.size(), 6);
+}
+
 #[test]
 fn a_sub_millisecond_duration_rounds_up_and_never_fires_early() {
     let timer = MockTimer::new();

@@ -359,6 +359,50 @@ impl Drop for CallsBackOnDrop {
     }
 }
 
+/// A close timeout of `Duration::MAX` ("wait for them however long") does not overflow the
+/// clock's deadline.
+#[test]
+fn a_close_timeout_of_duration_max_waits_without_overflowing() {
+    let timer = SystemTimer::builder("close-forever")
+        .close_timeout(Duration::MAX)
+        .build();
+    let (tx, rx) = mpsc::channel();
+    timer.add(timer_task(0, move || tx.send(()).unwrap()));
+    rx.recv_timeout(PATIENCE).unwrap();
+    within(PATIENCE, "a close with nothing left running", move || {
+        timer.close()
+    });
+}
+
+/// `close_timeout` is the bound: a task that never ends holds `close` up for that long,
+/// not for the default 10 s.
+#[test]
+fn close_waits_for_a_stuck_task_as_long_as_its_close_timeout() {
+    const BOUND: Duration = Duration::from_millis(300);
+    let timer = SystemTimer::builder("close-timeout")
+        .close_timeout(BOUND)
+        .build();
+    let (open, gate) = mpsc::channel::<()>();
+    let (started_tx, started) = mpsc::channel();
+    timer.add(timer_task(0, move || {
+        started_tx.send(()).unwrap();
+        let _ = gate.recv();
+    }));
+    started.recv_timeout(PATIENCE).unwrap();
+    let start = Instant::now();
+    timer.close();
+    let took = start.elapsed();
+    assert!(
+        took >= BOUND,
+        "close gave up after {took:?}, before {BOUND:?}"
+    );
+    assert!(
+        took < BOUND + AT_ONCE,
+        "close waited {took:?} (bound {BOUND:?})"
+    );
+    drop(open);
+}
+
 fn add_calls_back(
     timer: &Arc<SystemTimer>,
     other: &Arc<Mutex<Option<TimerTaskEntry>>>,

@@ -22,7 +22,8 @@
 //!   `close` calls all wait for the thread;
 //!   a reaper whose shared timer was closed elsewhere does not spin; dropping the reaper
 //!   closes it; a panic in the wrapped timer's `advance_clock` does not end the reaper; the
-//!   thread carries `reaper_name`; `add`, `size` and `advance_clock` delegate.
+//!   thread carries `reaper_name`; `add`, `size` and `advance_clock` delegate; `get_ref`
+//!   lends the wrapped timer out with its own type.
 //!
 //! (`stop`, `close` waiting for a task on the executor, and concurrent `close` and `stop`
 //! calls, are tested on every timer type in `shutdown.rs`; a panicking task on a
@@ -422,6 +423,19 @@ fn add_size_and_advance_clock_go_to_the_wrapped_timer() {
 }
 
 #[test]
+fn get_ref_lends_the_wrapped_timer_with_its_own_type() {
+    let reaper = SystemTimerReaper::new("lending", SystemTimer::new("lent"));
+    let (fired, ran) = mpsc::channel();
+    reaper.add(timer_task(0, move || fired.send(()).unwrap()));
+    ran.recv_timeout(SOON).expect("the task did not run");
+    let timer: &SystemTimer = reaper.get_ref();
+    assert_eq!(timer.stats().expired, 1);
+    assert_eq!(timer.lateness().count, 1);
+    reaper.close();
+    assert!(timer.is_closed());
+}
+
+#[test]
 fn a_task_may_close_its_own_reaper() {
     let timer = Arc::new(SystemTimerReaper::new(
         "self-closing",
@@ -522,7 +536,7 @@ fn concurrent_close_returns_only_after_the_thread_ended_and_the_timer_closed() {
 fn a_task_on_the_reaper_thread_may_close_the_reaper() {
     // MockTimer runs tasks on the caller of advance_clock: here, the reaper thread.
     let timer = MockTimer::new();
-    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper>>>> = Arc::default();
+    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper<MockTimer>>>>> = Arc::default();
     let (tx, rx) = mpsc::channel();
     let task_slot = Arc::clone(&slot);
     // Due at the reaper's first poll, which moves the mock clock 200 ms.
