@@ -108,7 +108,7 @@ pub(crate) fn run(config: &Config) -> Report {
         builder = builder.max_in_flight(config.max_in_flight);
     }
     let reaper = SystemTimerReaper::new("request-timeouts-reaper", builder.build());
-    let timer = reaper.get_ref();
+    let timer: &SystemTimer = reaper.get_ref().expect("the reaper drives a SystemTimer");
     let requests: Arc<Vec<Request>> =
         Arc::new((0..config.requests).map(|_| Request::default()).collect());
     let work = Arc::new(Work::default());

@@ -365,9 +365,10 @@ impl Clone for TimerTaskEntry {
 
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
-        if *self.bits.get_mut() & SHARED != 0
-            && let Some(shard) = self.shard()
-        {
+        if *self.bits.get_mut() & SHARED == 0 {
+            return;
+        }
+        if let Some(shard) = self.shard() {
             shard.lock().clones.remove(self.key());
         }
     }

@@ -10,10 +10,12 @@
 //!   reaper closes in the time it takes to wake and join a thread, not in one poll; called
 //!   on the reaper thread itself, they do not wait for it.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(doc)]
 use super::SystemTimer;
 use crate::store::TimerTaskEntry;
 use crate::task::TimerTask;
@@ -29,9 +31,7 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// [`add`](Timer::add) and [`size`](Timer::size) go to the wrapped timer, which
 /// [`get_ref`](Self::get_ref) lends out (for a [`SystemTimer`]'s `stats` and `lateness`);
 /// [`close`](Timer::close) and [`stop`](Timer::stop) close the wrapped timer and stop the
-/// thread. Dropping the reaper closes it. The type names what it wraps:
-/// `SystemTimerReaper` is `SystemTimerReaper<SystemTimer>`; a reaper of a shared timer is
-/// a `SystemTimerReaper<Arc<SystemTimer>>`.
+/// thread. Dropping the reaper closes it.
 ///
 /// # Examples
 ///
@@ -44,7 +44,7 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// let (tx, rx) = mpsc::channel();
 /// timer.add(timer_task(10, move || tx.send(()).unwrap()));
 /// rx.recv_timeout(Duration::from_secs(5)).expect("fired without a driver loop");
-/// assert_eq!(timer.get_ref().stats().expired, 1);
+/// assert_eq!(timer.get_ref::<SystemTimer>().unwrap().stats().expired, 1);
 /// timer.close();
 /// assert!(timer.is_shutdown());
 /// ```
@@ -86,19 +86,22 @@ const WORK_TIMEOUT_MS: i64 = 200;
 /// - A poll that returns false before its 200 ms are up is followed by a wait for the rest
 ///   of them: the thread never spins on a closed timer or on one whose `advance_clock`
 ///   does not block (Kafka's reaper spins on a `MockTimer`).
-pub struct SystemTimerReaper<T: Timer = SystemTimer> {
-    timer: Arc<T>,
+pub struct SystemTimerReaper {
+    timer: Arc<dyn Timer>,
+    /// `timer` again, as what `get_ref` downcasts.
+    wrapped: Arc<dyn Any + Send + Sync>,
     thread: ReaperThread,
 }
 
-impl<T: Timer + 'static> SystemTimerReaper<T> {
+impl SystemTimerReaper {
     /// Wraps `timer` and starts the thread `reaper_name` that drives it.
     ///
     /// # Panics
     ///
     /// Panics if the thread cannot be spawned.
-    pub fn new(reaper_name: &str, timer: T) -> SystemTimerReaper<T> {
+    pub fn new<T: Timer + 'static>(reaper_name: &str, timer: T) -> SystemTimerReaper {
         let timer = Arc::new(timer);
+        let wrapped = Arc::clone(&timer);
         let polled = Arc::clone(&timer);
         let thread = ReaperThread::spawn(
             format!("reaper {reaper_name}"),
@@ -106,12 +109,16 @@ impl<T: Timer + 'static> SystemTimerReaper<T> {
             Duration::from_millis(WORK_TIMEOUT_MS as u64),
             move || polled.advance_clock(WORK_TIMEOUT_MS),
         );
-        SystemTimerReaper { timer, thread }
+        SystemTimerReaper {
+            timer,
+            wrapped,
+            thread,
+        }
     }
-}
 
-impl<T: Timer> SystemTimerReaper<T> {
-    /// Returns the timer it drives, as std's wrappers lend theirs (`BufReader::get_ref`).
+    /// Returns the timer it drives if that is a `T`, the type given to
+    /// [`new`](Self::new): as std's wrappers lend theirs (`BufReader::get_ref`), with the
+    /// type named, since the reaper's own type does not name it.
     ///
     /// # Examples
     ///
@@ -120,12 +127,14 @@ impl<T: Timer> SystemTimerReaper<T> {
     ///
     /// let reaper = SystemTimerReaper::new("reaper", SystemTimer::new("orders"));
     /// reaper.add(timer_task(60_000, || {}));
-    /// assert_eq!(reaper.get_ref().stats().pending, 1);
-    /// assert_eq!(reaper.get_ref().lateness().count, 0, "nothing ran yet");
+    /// let timer = reaper.get_ref::<SystemTimer>().expect("a SystemTimer was given");
+    /// assert_eq!(timer.stats().pending, 1);
+    /// assert_eq!(timer.lateness().count, 0, "nothing ran yet");
+    /// assert!(reaper.get_ref::<timingwheel::MockTimer>().is_none());
     /// reaper.close();
     /// ```
-    pub fn get_ref(&self) -> &T {
-        &self.timer
+    pub fn get_ref<T: Timer + 'static>(&self) -> Option<&T> {
+        self.wrapped.downcast_ref()
     }
 
     /// True once the reaper thread has ended (after [`close`](Timer::close)).
@@ -134,7 +143,7 @@ impl<T: Timer> SystemTimerReaper<T> {
     }
 }
 
-impl<T: Timer> Timer for SystemTimerReaper<T> {
+impl Timer for SystemTimerReaper {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
         self.timer.add(task)
     }
@@ -182,13 +191,13 @@ impl<T: Timer> Timer for SystemTimerReaper<T> {
     }
 }
 
-impl<T: Timer> Drop for SystemTimerReaper<T> {
+impl Drop for SystemTimerReaper {
     fn drop(&mut self) {
         self.close();
     }
 }
 
-impl<T: Timer> fmt::Debug for SystemTimerReaper<T> {
+impl fmt::Debug for SystemTimerReaper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SystemTimerReaper")
             .field("is_shutdown", &self.is_shutdown())

@@ -423,12 +423,16 @@ fn add_size_and_advance_clock_go_to_the_wrapped_timer() {
 }
 
 #[test]
-fn get_ref_lends_the_wrapped_timer_with_its_own_type() {
+fn get_ref_lends_the_wrapped_timer_as_the_type_given() {
     let reaper = SystemTimerReaper::new("lending", SystemTimer::new("lent"));
     let (fired, ran) = mpsc::channel();
     reaper.add(timer_task(0, move || fired.send(()).unwrap()));
     ran.recv_timeout(SOON).expect("the task did not run");
-    let timer: &SystemTimer = reaper.get_ref();
+    let timer: &SystemTimer = reaper.get_ref().expect("a SystemTimer was given");
+    assert!(
+        reaper.get_ref::<MockTimer>().is_none(),
+        "not the type given"
+    );
     assert_eq!(timer.stats().expired, 1);
     assert_eq!(timer.lateness().count, 1);
     reaper.close();
@@ -536,7 +540,7 @@ fn concurrent_close_returns_only_after_the_thread_ended_and_the_timer_closed() {
 fn a_task_on_the_reaper_thread_may_close_the_reaper() {
     // MockTimer runs tasks on the caller of advance_clock: here, the reaper thread.
     let timer = MockTimer::new();
-    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper<MockTimer>>>>> = Arc::default();
+    let slot: Arc<Mutex<Option<Weak<SystemTimerReaper>>>> = Arc::default();
     let (tx, rx) = mpsc::channel();
     let task_slot = Arc::clone(&slot);
     // Due at the reaper's first poll, which moves the mock clock 200 ms.
