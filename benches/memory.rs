@@ -20,24 +20,20 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use baselines::{BTreeTimer, HeapTimer, TokioTimer};
-use counting::{Counting, allocated_bytes};
-use harness::{Rng, SEED, case, delays, in_child, param, report, rss_bytes, runs_table};
+use baselines::{BTreeTimer, HeapTimer, TokioTimer, task, tokio_runtime};
+use counting::{Counting, allocated_bytes, allocations as calls};
+use harness::{Rng, SEED, case, delays, in_child, param, report, rss_bytes, runs_table, table};
 use threadpool::ThreadPool;
 use timingwheel::{SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
 
-#[cfg(not(feature = "mimalloc"))]
 #[global_allocator]
 static ALLOCATOR: Counting<std::alloc::System> = Counting(std::alloc::System);
 
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: Counting<mimalloc::MiMalloc> = Counting(mimalloc::MiMalloc);
-
 fn main() {
     harness::main(&[
-        ("memory", memory),       // bytes and RSS per timer; a burst cancelled to 10
-        ("in_flight", in_flight), // 10^6 timers on a slow executor, with max_in_flight
+        ("memory", memory),           // bytes and RSS per timer; a burst cancelled to 10
+        ("in_flight", in_flight),     // 10^6 timers on a slow executor, with max_in_flight
+        ("allocations", allocations), // heap allocations per reschedule, cancel + add, reset
     ]);
 }
 
@@ -129,10 +125,7 @@ fn memory() {
         });
     }
     let sides = ["wheel", "heap", "btree", "tokio-util"];
-    println!(
-        "N = {n}, {}\n",
-        if cfg!(feature = "mimalloc") { "mimalloc" } else { "the system allocator" }
-    );
+    println!("N = {n}\n");
     let per_timer: Vec<Vec<Vec<f64>>> = vec![
         sides
             .iter()
@@ -286,4 +279,38 @@ fn in_flight() {
         | cancels that succeeded | cancels tried | drained after s | each task once \
         | lateness p50 ms | p99 ms | max ms";
     runs_table(columns, &cases, &figures, &[0, 1]);
+}
+
+/// Heap allocations per call, on the calling thread, at N (10^5) pending (delays 1-30,000
+/// ms), each timer moved once, after a pass of warm-up: `Timer::reschedule`, cancel + add of
+/// a new task, tokio-util's `reset`.
+fn allocations() {
+    let n = param("n", 100_000, 10_000);
+    let delays = delays(n, 1, 30_000);
+    let per_call = |f: &mut dyn FnMut(usize)| {
+        (0..n).for_each(&mut *f);
+        let before = calls();
+        (0..n).for_each(f);
+        (calls() - before) as f64 / n as f64
+    };
+    let wheel = SystemTimer::new("allocations");
+    let mut handles: Vec<_> = delays.iter().map(|&delay| wheel.add(task(delay))).collect();
+    let reschedule = per_call(&mut |i| _ = wheel.reschedule(&handles[i], delays[n - 1 - i]));
+    let cancel_add = per_call(&mut |i| {
+        handles[i].cancel();
+        handles[i] = wheel.add(task(delays[i]));
+    });
+    let runtime = tokio_runtime();
+    let _context = runtime.enter();
+    let mut queue = tokio_util::time::DelayQueue::with_capacity(n);
+    let ms = |delay: i64| Duration::from_millis(delay as u64);
+    let keys: Vec<_> = delays.iter().map(|&delay| queue.insert(delay, ms(delay))).collect();
+    let reset = per_call(&mut |i| queue.reset(&keys[i], ms(delays[n - 1 - i])));
+    let sides = ["reschedule", "cancel + add", "tokio-util reset"];
+    table(
+        &format!("N = {n}: allocations per call"),
+        &sides,
+        &[vec![reschedule, cancel_add, reset]],
+        false,
+    );
 }

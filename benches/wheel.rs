@@ -16,11 +16,6 @@ mod expiry;
 mod futures;
 mod harness;
 
-// The figures reported are on the default allocator; `--features mimalloc` for the other.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Every workload of this binary, each documented at its function: a new one is a function
 /// and a line here.
 const WORKLOADS: &[harness::Workload] = &[
