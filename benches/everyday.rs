@@ -1,0 +1,550 @@
+//! The everyday path: add, cancel and reschedule against the timers a Rust user would pick
+//! instead (`everyday`), where an add's time (`add_parts`) and instructions
+//! (`instructions`) go, add + cancel from several threads (`threads`), the lock an add takes
+//! (`locks`), and heartbeats by key (`heartbeats`).
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use timingwheel::{KeyedTimer, SystemTimer, Timer, TimerTaskEntry, timer_task};
+use tokio_util::time::{DelayQueue, delay_queue::Key};
+
+use crate::baselines::{self, BTreeTimer, HeapTimer, TokioTimer, task, tokio_runtime};
+use crate::harness::{
+    Rng, SEED, case, delays, in_child, list, median, ns_per, on_threads, param, report, shuffled,
+    table,
+};
+
+/// The task a user adds: a closure that captures an `Arc`.
+type Task = Box<dyn FnOnce() + Send>;
+
+fn closure(shared: &Arc<u64>) -> impl FnOnce() + Send + 'static {
+    let shared = Arc::clone(shared);
+    move || {
+        black_box(&shared);
+    }
+}
+
+/// The everyday path's delays: uniform in 60-90 s.
+fn delay(rng: &mut Rng) -> u64 {
+    rng.range(60_000, 90_000) as u64
+}
+
+/// A timer driven from one thread, as the `everyday` workload drives it.
+trait Peer {
+    type Handle;
+    /// Whether the peer can move a pending timer ([`Peer::reschedule`]).
+    const MOVES: bool = true;
+    /// Adds a task that captures `shared`, boxed inside the call, due `delay_ms` from now.
+    fn add(&mut self, delay_ms: u64, shared: &Arc<u64>) -> Self::Handle;
+    fn cancel(&mut self, handle: Self::Handle) -> bool;
+    fn reschedule(&mut self, _: &mut Self::Handle, _delay_ms: u64) {}
+    /// Untimed upkeep between timed chunks (the binary heap purges cancelled items).
+    fn upkeep(&mut self) {}
+}
+
+struct Wheel(SystemTimer);
+
+impl Peer for Wheel {
+    type Handle = TimerTaskEntry;
+    fn add(&mut self, delay_ms: u64, shared: &Arc<u64>) -> TimerTaskEntry {
+        self.0.add(timer_task(delay_ms as i64, closure(shared)))
+    }
+    fn cancel(&mut self, handle: TimerTaskEntry) -> bool {
+        handle.cancel()
+    }
+    fn reschedule(&mut self, handle: &mut TimerTaskEntry, delay_ms: u64) {
+        assert!(self.0.reschedule(handle, delay_ms as i64), "a pending timer moves");
+    }
+}
+
+/// tokio-util's `DelayQueue`: `&mut`, one thread, inside a runtime (its clock).
+struct TokioUtil(DelayQueue<Task>);
+
+impl Peer for TokioUtil {
+    type Handle = Key;
+    fn add(&mut self, delay_ms: u64, shared: &Arc<u64>) -> Key {
+        let task: Task = Box::new(closure(shared));
+        self.0.insert(task, Duration::from_millis(delay_ms))
+    }
+    fn cancel(&mut self, handle: Key) -> bool {
+        self.0.try_remove(&handle).is_some()
+    }
+    fn reschedule(&mut self, handle: &mut Key, delay_ms: u64) {
+        self.0.reset(handle, Duration::from_millis(delay_ms));
+    }
+}
+
+/// nexus-timer's `Wheel`, given `Instant::now() + delay` as its users write it. Its
+/// `reschedule` consumes the handle and returns a new one, hence the `Option`.
+struct Nexus(nexus_timer::Wheel<Task>);
+
+impl Peer for Nexus {
+    type Handle = Option<nexus_timer::TimerHandle<Task>>;
+    fn add(&mut self, delay_ms: u64, shared: &Arc<u64>) -> Self::Handle {
+        let task: Task = Box::new(closure(shared));
+        let deadline = Instant::now() + Duration::from_millis(delay_ms);
+        Some(self.0.schedule(deadline, task))
+    }
+    fn cancel(&mut self, handle: Self::Handle) -> bool {
+        self.0.cancel(handle.expect("a handle")).is_some()
+    }
+    fn reschedule(&mut self, handle: &mut Self::Handle, delay_ms: u64) {
+        let deadline = Instant::now() + Duration::from_millis(delay_ms);
+        *handle = Some(self.0.reschedule(handle.take().expect("a handle"), deadline));
+    }
+}
+
+/// A thread-safe baseline (`baselines.rs`) driven from one thread; it cannot move a timer.
+struct Shared<T>(T);
+
+impl<T: baselines::BenchTimer> Peer for Shared<T> {
+    type Handle = T::Handle;
+    const MOVES: bool = false;
+    fn add(&mut self, delay_ms: u64, shared: &Arc<u64>) -> T::Handle {
+        self.0.add(timer_task(delay_ms as i64, closure(shared)))
+    }
+    fn cancel(&mut self, handle: T::Handle) -> bool {
+        self.0.cancel(&handle)
+    }
+    fn upkeep(&mut self) {
+        self.0.maintain();
+    }
+}
+
+/// The figures of `everyday`, in the order [`run`] returns them.
+const OPS: [&str; 5] = [
+    "`add`: N more adds, every handle kept (the population grows to 2 N)",
+    "`add_cancel`: add + cancel pairs",
+    "`reschedule`: the next pending timer in key order (their adds') moved to a new delay",
+    "`reschedule_random`: the same in one fixed random order of the handles, every peer's",
+    "`cancel_add`: a pending timer cancelled and a new one added in its place, in key order",
+];
+
+/// The median over `chunks=` (50) chunks of 10^4 calls of `op`, given its call number; ns.
+fn chunked<P: Peer>(peer: &mut P, mut op: impl FnMut(&mut P, usize)) -> f64 {
+    let chunks = (0..param("chunks", 50, 10)).map(|chunk| {
+        let ns = ns_per(10_000, |i| op(peer, chunk * 10_000 + i));
+        peer.upkeep();
+        ns
+    });
+    median(chunks.collect())
+}
+
+/// One peer's figures at `n` pending: ns per operation, as [`OPS`] lists them.
+fn run<P: Peer>(peer: &mut P, n: usize) -> Vec<f64> {
+    let (shared, mut rng) = (Arc::new(7), Rng::new(SEED));
+    let mut pending: Vec<P::Handle> = (0..n).map(|_| peer.add(delay(&mut rng), &shared)).collect();
+    let mut added = Vec::with_capacity(n);
+    let add = ns_per(n, |_| added.push(peer.add(delay(&mut rng), &shared)));
+    added.into_iter().for_each(|handle| _ = peer.cancel(handle));
+    peer.upkeep();
+    let add_cancel = chunked(peer, |peer, _| {
+        let handle = peer.add(delay(&mut rng), &shared);
+        black_box(peer.cancel(handle));
+    });
+    let shuffle = shuffled(n, SEED);
+    let mut moves = |order: &dyn Fn(usize) -> usize| match P::MOVES {
+        false => f64::NAN,
+        true => chunked(&mut *peer, |peer, k| {
+            peer.reschedule(&mut pending[order(k % n)], delay(&mut rng));
+        }),
+    };
+    let (in_order, random) = (moves(&|i| i), moves(&|i| shuffle[i]));
+    let cancel_add = chunked(peer, |peer, k| {
+        let new = peer.add(delay(&mut rng), &shared);
+        black_box(peer.cancel(std::mem::replace(&mut pending[k % n], new)));
+    });
+    pending.into_iter().for_each(|handle| _ = peer.cancel(handle));
+    vec![add, add_cancel, in_order, random, cancel_add]
+}
+
+/// add, add + cancel, reschedule (key order and random order) and cancel + add at N (10^6)
+/// pending, the wheel against tokio-util's `DelayQueue` and nexus-timer's `Wheel` (`peers=`
+/// may add `btree` and `heap`). Each task is a boxed closure that captures an `Arc`, boxed
+/// inside the timed call; every peer reads the clock inside it; delays 60-90 s. Each peer
+/// runs in a process of its own per round (none inherits another's heap), in turn.
+pub(crate) fn everyday() {
+    let n = param("n", 1_000_000, 10_000);
+    if let Some(peer) = case() {
+        // tokio-util's queue reads its clock through the runtime it was made in.
+        let runtime = tokio_runtime();
+        let _context = runtime.enter();
+        return report(&match peer.as_str() {
+            "wheel" => run(&mut Wheel(SystemTimer::new("everyday")), n),
+            "tokio-util" => run(&mut TokioUtil(DelayQueue::new()), n),
+            "nexus" => run(&mut Nexus(nexus_timer::Wheel::unbounded(4096, Instant::now())), n),
+            "btree" => run(&mut Shared(BTreeTimer::new()), n),
+            "heap" => run(&mut Shared(HeapTimer::new()), n),
+            other => panic!("unknown peer {other:?} (wheel, tokio-util, nexus, btree, heap)"),
+        });
+    }
+    let peers: Vec<String> = list("peers", "wheel,tokio-util,nexus", "wheel,tokio-util,nexus");
+    let rounds = param("rounds", 3, 1);
+    println!("N = {n} pending, handles kept; ns per operation (the median chunk of 10^4 but add)");
+    let figures: Vec<Vec<Vec<f64>>> =
+        (0..rounds).map(|_| peers.iter().map(|peer| in_child(peer)).collect()).collect();
+    let sides: Vec<&str> = peers.iter().map(String::as_str).collect();
+    for (op, title) in OPS.iter().enumerate() {
+        let runs: Vec<Vec<f64>> =
+            figures.iter().map(|r| r.iter().map(|f| f[op]).collect()).collect();
+        table(title, &sides, &runs, true);
+    }
+}
+
+/// Where an add's nanoseconds go, at N (10^6) pending on the wheel: the clock read an `add`
+/// makes (an `Instant` against an origin), the task's box (an 8-byte task, allocated and
+/// freed), an uncontended parking_lot mutex (an add takes one, its stripe's), an `add` of a
+/// task boxed beforehand, a `cancel` alone. The rest of an add is its slot, list and handle.
+pub(crate) fn add_parts() {
+    const K: usize = 10_000;
+    let (n, runs) = (param("n", 1_000_000, 10_000), param("runs", 9, 3));
+    let (timer, table_ms) = (SystemTimer::new("add-parts"), delays(1 << 16, 1, 30_000));
+    let delay = |i: usize| table_ms[i % table_ms.len()];
+    let _pending: Vec<_> = (0..n).map(|i| timer.add(task(delay(i)))).collect();
+    let (origin, lock) = (Instant::now(), Mutex::new(0u64));
+    let run = |_| {
+        let mut tasks: Vec<_> = (0..K).map(|i| Some(task(delay(i)))).collect();
+        let mut handles = Vec::with_capacity(K);
+        vec![
+            ns_per(K, |_| _ = black_box(origin.elapsed())),
+            ns_per(K, |i| drop(black_box(task(black_box(delay(i)))))),
+            ns_per(K, |_| *black_box(&lock).lock() += 1),
+            ns_per(K, |i| handles.push(timer.add(tasks[i].take().unwrap()))),
+            ns_per(K, |i| _ = black_box(handles[i].cancel())),
+        ]
+    };
+    let figures: Vec<Vec<f64>> = (0..runs).map(run).collect();
+    let parts = ["the clock read", "the task's box", "a mutex", "add, boxed before", "cancel"];
+    table(&format!("N = {n} pending: ns per call (10^4 calls a run)"), &parts, &figures, false);
+}
+
+/// Thread scaling: add + cancel pairs from 1, 2, 4, ... `threads` threads (default: the
+/// machine's hardware threads) started together, 10^5 pending; each thread adds a chunk of
+/// 10^4 (to its own shard, on the wheel), then cancels it, `rounds=` times. M pairs/s of wall
+/// time, all threads together; the wheel against the baselines behind one mutex; then the
+/// wheel's rate at t threads over its rate at 1 thread, within each run.
+pub(crate) fn threads() {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let most = param("threads", cpus, cpus);
+    let mut counts: Vec<usize> = (0..).map(|s| 1 << s).take_while(|&t| t < most).collect();
+    counts.push(most);
+    let (runs, rounds, table_ms) =
+        (param("runs", 3, 1), param("rounds", 20, 3), delays(1 << 16, 1, 30_000));
+    let (wheel, heap, btree, tokio) =
+        (SystemTimer::new("threads"), HeapTimer::new(), BTreeTimer::new(), TokioTimer::new());
+    let _kept = (populate(&wheel), populate(&heap), populate(&btree), populate(&tokio));
+    let rate = |t: usize, wall: Duration| (t * rounds * 10_000) as f64 / wall.as_secs_f64() / 1e6;
+    let mut rates = vec![Vec::new(); counts.len()];
+    for _ in 0..runs {
+        for (at, &t) in counts.iter().enumerate() {
+            let walls = [
+                pairs(&wheel, t, rounds, &table_ms),
+                pairs(&heap, t, rounds, &table_ms),
+                pairs(&btree, t, rounds, &table_ms),
+                pairs(&tokio, t, rounds, &table_ms),
+            ];
+            rates[at].push(walls.map(|wall| rate(t, wall)).to_vec());
+        }
+    }
+    let sides = ["wheel", "heap", "btree", "tokio-util (Mutex)"];
+    for (at, t) in counts.iter().enumerate() {
+        table(&format!("{t} threads: M add + cancel pairs/s"), &sides, &rates[at], true);
+    }
+    let names: Vec<String> = counts.iter().map(|t| format!("{t} threads / 1")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let scaling = (0..runs).map(|r| rates.iter().map(|at| at[r][0] / rates[0][r][0]).collect());
+    table("the wheel's scaling", &names, &scaling.collect::<Vec<_>>(), false);
+}
+
+/// 10^5 pending timers on `timer`.
+fn populate<T: baselines::BenchTimer>(timer: &T) -> Vec<T::Handle> {
+    let _context = timer.enter();
+    delays(100_000, 1, 30_000).into_iter().map(|delay| timer.add(task(delay))).collect()
+}
+
+/// `threads` threads each adding then cancelling `rounds` chunks of 10^4; the wall time.
+fn pairs<T: baselines::BenchTimer>(
+    timer: &T,
+    threads: usize,
+    rounds: usize,
+    table: &[i64],
+) -> Duration {
+    let wall = on_threads(threads, |t| {
+        let _context = timer.enter();
+        let mut handles = Vec::with_capacity(10_000);
+        for at in (0..rounds).map(|round| t * 7919 + round * 10_000) {
+            handles.extend((at..at + 10_000).map(|i| timer.add(task(table[i % table.len()]))));
+            handles.drain(..).for_each(|handle| _ = black_box(timer.cancel(&handle)));
+        }
+    });
+    timer.maintain();
+    wall
+}
+
+/// A shard's stand-in: a mutex around its slots.
+#[repr(align(128))]
+struct Shard(Mutex<Vec<[u64; 4]>>);
+
+/// The locking one `add` does, at 1 and 2 threads (`threads=`), each thread on its own
+/// stripe, followed by a 32-byte write into its shard: the crate's lock, whose read side's
+/// stripes are the shards' mutexes (one lock), against a `parking_lot::RwLock` read guarding
+/// the wheel plus the shard's own mutex (two locks). ns per add's locking, per thread.
+pub(crate) fn locks() {
+    let (runs, iters) = (param("runs", 7, 3), param("iters", 2_000_000, 200_000));
+    let shards: Vec<Shard> = (0..16).map(|_| Shard(Mutex::new(vec![[0; 4]; 1024]))).collect();
+    let wheel = RwLock::new(1u64);
+    let own = |t: usize, i: usize| shards[t % 16].0.lock()[i % 1024] = [i as u64, 1, 0, 0];
+    let rwlock = |t: usize, i: usize| {
+        let tick_ms = wheel.read();
+        shards[t % 16].0.lock()[i % 1024] = [i as u64, *tick_ms, 0, 0];
+    };
+    let ns = |threads, op: &(dyn Fn(usize, usize) + Sync)| {
+        let wall = on_threads(threads, |t| (0..iters).for_each(|i| op(t, black_box(i))));
+        wall.as_nanos() as f64 / iters as f64
+    };
+    let sides = ["own striped lock", "RwLock read + mutex"];
+    for t in list::<usize>("threads", "1,2", "1,2") {
+        let figures: Vec<_> = (0..runs).map(|_| vec![ns(t, &own), ns(t, &rwlock)]).collect();
+        table(&format!("{t} threads: ns per add's locking, per thread"), &sides, &figures, true);
+    }
+}
+
+/// The functions `instructions` counts, each `#[inline(never)]`. `counted_harness` is the
+/// harness alone (a delay, an `Arc` clone, the task's box made and freed): each other
+/// function's operation includes it.
+const COUNTED: &str = "counted_harness counted_add counted_cancel counted_add_cancel \
+    counted_reschedule counted_add_due counted_tokio_add_cancel counted_nexus_add_cancel";
+
+#[inline(never)]
+fn counted_harness(shared: &Arc<u64>, rng: &mut Rng, k: usize) {
+    for _ in 0..k {
+        drop(black_box(timer_task(delay(rng) as i64, closure(shared))));
+    }
+}
+
+/// `add`, the handles kept in `out`.
+#[inline(never)]
+fn counted_add(wheel: &mut Wheel, shared: &Arc<u64>, rng: &mut Rng, out: &mut Vec<TimerTaskEntry>) {
+    out.extend((0..10_000).map(|_| wheel.add(delay(rng), shared)));
+}
+
+/// `cancel`, the task's free included.
+#[inline(never)]
+fn counted_cancel(handles: &mut Vec<TimerTaskEntry>) {
+    handles.drain(..).for_each(|handle| _ = black_box(handle.cancel()));
+}
+
+#[inline(always)]
+fn add_cancel<P: Peer>(peer: &mut P, shared: &Arc<u64>, rng: &mut Rng, k: usize) {
+    for _ in 0..k {
+        let handle = peer.add(delay(rng), shared);
+        black_box(peer.cancel(handle));
+    }
+}
+
+#[inline(never)]
+fn counted_add_cancel(wheel: &mut Wheel, shared: &Arc<u64>, rng: &mut Rng, k: usize) {
+    add_cancel(wheel, shared, rng, k);
+}
+
+#[inline(never)]
+fn counted_tokio_add_cancel(queue: &mut TokioUtil, shared: &Arc<u64>, rng: &mut Rng, k: usize) {
+    add_cancel(queue, shared, rng, k);
+}
+
+#[inline(never)]
+fn counted_nexus_add_cancel(wheel: &mut Nexus, shared: &Arc<u64>, rng: &mut Rng, k: usize) {
+    add_cancel(wheel, shared, rng, k);
+}
+
+/// `reschedule` of each handle, in key order.
+#[inline(never)]
+fn counted_reschedule(wheel: &mut Wheel, rng: &mut Rng, handles: &mut [TimerTaskEntry]) {
+    handles.iter_mut().for_each(|handle| wheel.reschedule(handle, delay(rng)));
+}
+
+/// `add` of a task already due: to the executor inside `add`.
+#[inline(never)]
+fn counted_add_due(wheel: &mut Wheel, shared: &Arc<u64>, k: usize) {
+    (0..k).for_each(|_| _ = black_box(wheel.add(0, shared)));
+}
+
+/// The run `instructions` counts in: N pending (handles kept) on each timer, then N
+/// operations of each kind.
+fn counted_run(n: usize) {
+    let (shared, mut rng) = (Arc::new(7), Rng::new(SEED));
+    let mut wheel = Wheel(SystemTimer::new("instructions"));
+    let mut pending: Vec<_> = (0..n).map(|_| wheel.add(delay(&mut rng), &shared)).collect();
+    counted_harness(&shared, &mut rng, n);
+    let mut handles = Vec::with_capacity(10_000);
+    for _ in 0..n / 10_000 {
+        counted_add(&mut wheel, &shared, &mut rng, &mut handles);
+        counted_cancel(&mut handles);
+    }
+    counted_add_cancel(&mut wheel, &shared, &mut rng, n);
+    counted_reschedule(&mut wheel, &mut rng, &mut pending);
+    counted_add_due(&mut wheel, &shared, n);
+    let runtime = tokio_runtime();
+    let _context = runtime.enter();
+    let mut queue = TokioUtil(DelayQueue::new());
+    let mut nexus = Nexus(nexus_timer::Wheel::unbounded(4096, Instant::now()));
+    let keys: Vec<_> = (0..n).map(|_| queue.add(delay(&mut rng), &shared)).collect();
+    let kept: Vec<_> = (0..n).map(|_| nexus.add(delay(&mut rng), &shared)).collect();
+    counted_tokio_add_cancel(&mut queue, &shared, &mut rng, n);
+    counted_nexus_add_cancel(&mut nexus, &shared, &mut rng, n);
+    black_box((&pending, &keys, &kept));
+    // Skips the drops: they are not counted.
+    std::process::exit(0);
+}
+
+/// Instructions per operation under callgrind (stable on a noisy machine): this binary runs
+/// under `valgrind --tool=callgrind` once per function of [`COUNTED`], collecting inside it
+/// only; N (10^5) pending, N operations, tasks as in `everyday`. Needs `valgrind`.
+pub(crate) fn instructions() {
+    let n = param("n", 100_000, 10_000);
+    if case().is_some() {
+        return counted_run(n);
+    }
+    let params: Vec<String> = std::env::args().skip(1).filter(|arg| arg.contains('=')).collect();
+    let count = |function: &str| {
+        let out = std::env::temp_dir().join(format!("callgrind.{function}.{}", std::process::id()));
+        let run = std::process::Command::new("valgrind")
+            .args(["--tool=callgrind", "--collect-atstart=no"])
+            .arg(format!("--toggle-collect=*everyday::{function}"))
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(std::env::current_exe().expect("own path"))
+            .args(["instructions", "case=run"])
+            .args(&params)
+            .output()
+            .expect("valgrind on the PATH");
+        let _ = std::fs::remove_file(out);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        let collected = stderr.lines().find_map(|line| line.split("Collected : ").nth(1));
+        collected.and_then(|v| v.trim().parse::<f64>().ok()).expect(&stderr) / n as f64
+    };
+    let functions: Vec<&str> = COUNTED.split(' ').collect();
+    let counts: Vec<f64> = functions.iter().map(|function| count(function)).collect();
+    let title = format!("N = {n}: instructions per operation");
+    table(&title, &functions, std::slice::from_ref(&counts), false);
+    let pairs = [counts[3], counts[6], counts[7]].to_vec();
+    table("add + cancel: instructions per pair", &["wheel", "tokio-util", "nexus"], &[pairs], true);
+}
+
+/// One way to move session `i`'s timeout.
+trait Heartbeat: Sync {
+    fn beat(&self, i: usize, delay_ms: i64);
+}
+
+/// `Timer::reschedule` of the handles the caller keeps: the floor, no key lookup.
+struct Plain(SystemTimer, Vec<TimerTaskEntry>);
+
+impl Heartbeat for Plain {
+    fn beat(&self, i: usize, delay_ms: i64) {
+        assert!(self.0.reschedule(&self.1[i], delay_ms));
+    }
+}
+
+/// A keyed timer whose keys are the sessions' ids; with `true`, by `schedule` of a new task
+/// (the heartbeat before `reschedule` existed) rather than `reschedule`.
+struct Keyed(KeyedTimer<u64>, Arc<Vec<u64>>, bool);
+
+impl Heartbeat for Keyed {
+    fn beat(&self, i: usize, delay_ms: i64) {
+        match self.2 {
+            true => self.0.schedule(self.1[i], task(delay_ms)),
+            false => assert!(self.0.reschedule(&self.1[i], delay_ms)),
+        }
+    }
+}
+
+/// tokio-util's `DelayQueue` with a `HashMap` from session id to its key, behind a mutex.
+struct TokioKeyed(Mutex<(DelayQueue<u64>, HashMap<u64, Key>)>, Arc<Vec<u64>>);
+
+impl Heartbeat for TokioKeyed {
+    fn beat(&self, i: usize, delay_ms: i64) {
+        let (queue, keys) = &mut *self.0.lock();
+        queue.reset(&keys[&self.1[i]], Duration::from_millis(delay_ms as u64));
+    }
+}
+
+/// One pass over `order`, the `k`-th heartbeat given `delays[(start + k) % len]`; ns each.
+fn pass(side: &dyn Heartbeat, order: &[usize], delays: &[i64], start: usize) -> f64 {
+    ns_per(order.len(), |k| side.beat(order[k], delays[(start + k) % delays.len()]))
+}
+
+/// Session heartbeats: one timeout per session key, moved at every heartbeat; N (10^6)
+/// sessions, delays 1-30,000 ms, nothing driven. `KeyedTimer::reschedule` against tokio-util's
+/// `reset` (a `HashMap` from key to its `Key`, behind a mutex), `Timer::reschedule` of
+/// handles the caller keeps, and `KeyedTimer::schedule` of a new task; every side scheduled
+/// by two threads (session i by thread i % 2). Per heartbeat: a pass over the sessions in one
+/// fixed random order per round (then one in key order); throughput: two threads on disjoint
+/// halves, heartbeats per second. The sides alternate within each round.
+pub(crate) fn heartbeats() {
+    let n = param("n", 1_000_000, 10_000);
+    let (rounds, passes) = (param("rounds", 9, 3), param("passes", 4, 20));
+    let mut rng = Rng::new(SEED ^ 0x5E55);
+    let ids: Arc<Vec<u64>> = Arc::new((0..n).map(|_| rng.next_u64()).collect());
+    let (delays, runtime) = (delays(1 << 16, 1, 30_000), tokio_runtime());
+    let _context = runtime.enter();
+    let keyed =
+        |replace| Keyed(KeyedTimer::new(Arc::new(SystemTimer::new("keyed"))), ids.clone(), replace);
+    let (by_key, by_schedule) = (keyed(false), keyed(true));
+    let queue = (DelayQueue::with_capacity(n), HashMap::with_capacity(n));
+    let tokio = TokioKeyed(Mutex::new(queue), ids.clone());
+    let (timer, plain) = (SystemTimer::new("plain"), Mutex::new(Vec::with_capacity(n)));
+    on_threads(2, |t| {
+        let _context = runtime.enter();
+        for (i, id) in ids.iter().enumerate().skip(t).step_by(2) {
+            let delay = delays[i % delays.len()];
+            by_key.0.schedule(*id, task(delay));
+            by_schedule.0.schedule(*id, task(delay));
+            let (queue, keys) = &mut *tokio.0.lock();
+            keys.insert(*id, queue.insert(*id, Duration::from_millis(delay as u64)));
+            plain.lock().push((i, timer.add(task(delay))));
+        }
+    });
+    let mut handles = plain.into_inner();
+    handles.sort_by_key(|(i, _)| *i);
+    let plain = Plain(timer, handles.into_iter().map(|(_, handle)| handle).collect());
+    let sides: [&dyn Heartbeat; 4] = [&by_key, &tokio, &plain, &by_schedule];
+    let names =
+        ["KeyedTimer::reschedule", "tokio-util reset", "Timer::reschedule", "KeyedTimer::schedule"];
+    let order = shuffled(n, SEED);
+    sides.iter().for_each(|side| _ = pass(*side, &order, &delays, 0));
+    let alternating = |round: usize, measure: &dyn Fn(&dyn Heartbeat) -> f64| {
+        let mut figures = vec![0.0; sides.len()];
+        for s in (0..sides.len()).map(|k| (round + k) % sides.len()) {
+            figures[s] = measure(sides[s]);
+        }
+        figures
+    };
+    let ns =
+        (0..rounds).map(|round| alternating(round, &|side| pass(side, &order, &delays, round * n)));
+    table(
+        &format!("{n} sessions in random order: ns per heartbeat"),
+        &names,
+        &ns.collect::<Vec<_>>(),
+        true,
+    );
+    let all: Vec<usize> = (0..n).collect();
+    let in_key_order = [sides.iter().map(|side| pass(*side, &all, &delays, 7)).collect()];
+    table("in key order, one round: ns per heartbeat", &names, &in_key_order, true);
+    let half = |t: usize| shuffled(n / 2, SEED + t as u64).into_iter().map(|k| 2 * k + t).collect();
+    let halves: [Vec<usize>; 2] = [half(0), half(1)];
+    let two_threads = |side: &dyn Heartbeat| {
+        let wall = on_threads(2, |t| {
+            let _context = runtime.enter();
+            for p in 0..passes {
+                pass(side, &halves[t], &delays, (t * passes + p) * n / 2);
+            }
+        });
+        (passes * n) as f64 / wall.as_secs_f64() / 1e6
+    };
+    let rates = (0..rounds).map(|round| alternating(round, &two_threads));
+    let title = format!("two threads on disjoint halves, {passes} passes each: M heartbeats/s");
+    table(&title, &names, &rates.collect::<Vec<_>>(), true);
+}

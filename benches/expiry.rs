@@ -1,0 +1,584 @@
+//! Expiry: timers expiring while more are added (`load`), an idle timer (`idle`), 30
+//! minutes on a `MockTime` (`mock30`), where expired tasks run (`executors`), what
+//! `next_expiration_ms` costs (`next_expiration`), and the purgatory (`purgatory`).
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use threadpool::ThreadPool;
+use timingwheel::crossbeam_channel;
+use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, SystemTimer};
+use timingwheel::{SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, send_task, timer_task};
+
+use crate::baselines::{self, BTreeTimer, HeapTimer, TokioTimer, task};
+use crate::harness::{
+    Rng, SEED, case, in_child, list, ns_per, on_threads, param, percentile, process_cpu_ns, report,
+    rss_bytes, run_delay_ns, runs_table, table, thread_cpu_ns,
+};
+
+/// ns since the first call: the clock of the instants `load` records.
+fn since_origin_ns(at: Instant) -> i64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    at.duration_since(*ORIGIN.get_or_init(Instant::now)).as_nanos() as i64
+}
+
+/// What the probes of a `load` run record (one run per process): each one's deadline and
+/// lateness (ns), the tasks that ran, and when the last one did.
+struct Records(Vec<AtomicI64>, Vec<AtomicI64>, AtomicUsize, AtomicI64);
+
+static RECORDS: OnceLock<Records> = OnceLock::new();
+
+/// Not a probe.
+const NO_PROBE: u32 = u32::MAX;
+
+/// A `load` task's work: records a probe's lateness, counts the task.
+fn ran(probe: u32) {
+    let records = RECORDS.get().expect("records set up");
+    let now = since_origin_ns(Instant::now());
+    if probe != NO_PROBE {
+        let deadline = records.0[probe as usize].load(Ordering::Relaxed);
+        records.1[probe as usize].store(now - deadline, Ordering::Relaxed);
+    }
+    records.3.fetch_max(now, Ordering::Relaxed);
+    records.2.fetch_add(1, Ordering::Release);
+}
+
+/// The `light` task: its delay and its probe number, eight bytes.
+struct LightTask(u32, u32);
+
+impl TimerTask for LightTask {
+    fn delay_ms(&self) -> i64 {
+        i64::from(self.0)
+    }
+    fn run(self: Box<Self>) {
+        ran(self.1);
+    }
+}
+
+/// Adds a task of `kind` per delay to `timer` as fast as one thread can, timing each `add`
+/// (the task's box is made just before it, and timed apart); records each probe's deadline.
+/// Returns the loop's wall time, the longest add, the longest one not preempted (the thread
+/// did not wait for a CPU for most of it) and the longest box (ms), the adds over 1 ms; and
+/// the last deadline (ns).
+fn add_all<T: baselines::BenchTimer>(timer: &T, kind: &str, delays: &[u32]) -> (Vec<f64>, i64) {
+    let (records, shared) = (RECORDS.get().expect("set up"), Arc::new(AtomicU64::new(0)));
+    let every = if kind == "probe" { 1 } else { 100 };
+    let _context = timer.enter();
+    let mut longest = [Duration::ZERO; 3];
+    let (mut long_adds, mut last_deadline_ns, mut waited_ns) = (0, 0, run_delay_ns());
+    let start = Instant::now();
+    for (i, &delay_ms) in delays.iter().enumerate() {
+        let probe = if i % every == 0 { (i / every) as u32 } else { NO_PROBE };
+        let boxing = Instant::now();
+        let task: Box<dyn TimerTask> = match kind {
+            "arc" => {
+                let shared = Arc::clone(&shared);
+                timer_task(i64::from(delay_ms), move || {
+                    shared.fetch_add(1, Ordering::Relaxed);
+                    ran(probe);
+                })
+            }
+            _ => Box::new(LightTask(delay_ms, probe)),
+        };
+        let before = Instant::now();
+        longest[2] = longest[2].max(before - boxing);
+        let deadline_ns = since_origin_ns(before) + i64::from(delay_ms) * 1_000_000;
+        if probe != NO_PROBE {
+            records.0[probe as usize].store(deadline_ns, Ordering::Relaxed);
+        }
+        timer.add(task);
+        let took = before.elapsed();
+        longest[0] = longest[0].max(took);
+        if took >= Duration::from_millis(1) {
+            long_adds += 1;
+            // Waited for a CPU since the last reading (at most 1,024 adds old) for most of
+            // the add: preempted; otherwise blocked or working.
+            let now_waited = run_delay_ns();
+            if (now_waited.saturating_sub(waited_ns) as u128) * 2 <= took.as_nanos() {
+                longest[1] = longest[1].max(took);
+            }
+            waited_ns = now_waited;
+        } else if i % 1024 == 0 {
+            waited_ns = run_delay_ns();
+        }
+        last_deadline_ns = last_deadline_ns.max(deadline_ns);
+    }
+    let mut figures = vec![start.elapsed().as_secs_f64() * 1e3];
+    figures.extend(longest.map(|d| d.as_secs_f64() * 1e3));
+    figures.push(long_adds as f64);
+    (figures, last_deadline_ns)
+}
+
+/// One `load` run in this process: `n` tasks of `kind` on `timer`, driven by a thread
+/// looping `advance_clock(200)` or not driven; the add loop's figures, then (driven) lateness
+/// p50, p99, max (ms), the early probes, and the last run after the last deadline (ms).
+fn load_run<T: baselines::BenchTimer>(timer: T, n: usize, kind: &str, driven: bool) -> Vec<f64> {
+    let probes = n.div_ceil(if kind == "probe" { 1 } else { 100 });
+    let atomics = |v| (0..probes).map(|_| AtomicI64::new(v)).collect();
+    let (done, last) = (AtomicUsize::new(0), AtomicI64::new(0));
+    let records = RECORDS.get_or_init(|| Records(atomics(0), atomics(i64::MIN), done, last));
+    since_origin_ns(Instant::now());
+    let spread_ms = (n / 1_000).max(1) as i64;
+    let mut rng = Rng::new(SEED);
+    let delays: Vec<u32> = (0..n).map(|_| rng.range(1, spread_ms) as u32).collect();
+    if !driven {
+        return add_all(&timer, kind, &delays).0;
+    }
+    let stop = AtomicBool::new(false);
+    let (mut figures, last_deadline_ns) = thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                timer.advance_clock(200);
+            }
+        });
+        let added = add_all(&timer, kind, &delays);
+        let give_up = Instant::now() + Duration::from_millis(spread_ms as u64 + 60_000);
+        while records.2.load(Ordering::Acquire) < n && Instant::now() < give_up {
+            thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Release);
+        added
+    });
+    let ran = records.2.load(Ordering::Acquire);
+    assert_eq!(ran, n, "only {ran} of {n} tasks ran a minute after the spread");
+    let mut late: Vec<i64> = records.1.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+    assert!(late.iter().all(|&l| l != i64::MIN), "a probe never ran");
+    late.sort_unstable();
+    let after_last = records.3.load(Ordering::Acquire) - last_deadline_ns;
+    figures.extend([0.5, 0.99, 1.0].map(|p| percentile(&late, p) as f64 / 1e6));
+    figures.push(late.iter().filter(|&&l| l < 0).count() as f64);
+    figures.push(after_last as f64 / 1e6);
+    figures
+}
+
+/// Expiry under load: one thread adds N timers as fast as it can, delays uniform in
+/// 1..=N/1,000 ms (10^6 over 1 s, 10^7 over 10 s), while another loops `advance_clock(200)`.
+/// Lateness is the instant a task ran minus (the instant before its `add` + its delay),
+/// over the probes; negative is early. Tasks (`cases=N:kind,...`): `arc`, a closure that
+/// captures an `Arc` (every 100th a probe); `light`, an 8-byte struct (every 100th a probe);
+/// `probe`, every task a probe. The add loop runs again on a timer nobody drives, for the
+/// add ratio. Timers: `timers=` of wheel, btree, heap, tokio-util. Every run of every timer
+/// is a process of its own.
+pub(crate) fn load() {
+    if let Some(case) = case() {
+        let parts: Vec<&str> = case.split(':').collect();
+        let (n, kind, driven) = (parts[1].parse().expect("N"), parts[2], parts[3] == "driven");
+        return report(&match parts[0] {
+            "wheel" => load_run(SystemTimer::new("load"), n, kind, driven),
+            "btree" => load_run(BTreeTimer::new(), n, kind, driven),
+            "heap" => load_run(HeapTimer::new(), n, kind, driven),
+            _ => load_run(TokioTimer::new(), n, kind, driven),
+        });
+    }
+    let default = "1000000:light,1000000:probe,10000000:arc";
+    let cases: Vec<String> = list("cases", default, "10000:arc");
+    let timers: Vec<String> = list("timers", "wheel,btree,heap", "wheel,btree,heap");
+    let runs = param("runs", 5, 1);
+    if let Ok(tunables) = std::env::var("GLIBC_TUNABLES") {
+        println!("GLIBC_TUNABLES={tunables}");
+    }
+    let sides: Vec<&str> = timers.iter().map(String::as_str).collect();
+    let columns = "add loop ms | longest add ms | not preempted ms | longest Box ms \
+        | adds > 1 ms | p50 ms | p99 ms | max ms | early | last run after last deadline ms \
+        | add ratio";
+    for case in cases {
+        println!("\n{case}, {runs} runs\n");
+        let run = |timer: &String| {
+            let mut driven = in_child(&format!("{timer}:{case}:driven"));
+            let undriven = in_child(&format!("{timer}:{case}:undriven"));
+            driven.push(driven[0] / undriven[0]);
+            driven
+        };
+        let figures: Vec<_> = (0..runs).map(|_| timers.iter().map(run).collect()).collect();
+        runs_table(columns, &sides, &figures, &[6, 7, 1]);
+    }
+}
+
+/// What an idle timer costs: 1,000 timers 60 s out, a driver looping `advance_clock(200)`;
+/// the process's CPU time over the window (`ms=`, 3 s), the wheel against the `BTreeMap`.
+pub(crate) fn idle() {
+    fn cpu_ms<T: baselines::BenchTimer>(timer: T, window: Duration) -> f64 {
+        let _handles: Vec<_> = (0..1_000).map(|_| timer.add(task(60_000))).collect();
+        let stop = AtomicBool::new(false);
+        thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    timer.advance_clock(200);
+                }
+            });
+            // The driver's steady state first.
+            thread::sleep(Duration::from_millis(100));
+            let before = process_cpu_ns();
+            thread::sleep(window);
+            stop.store(true, Ordering::Release);
+            (process_cpu_ns() - before) as f64 / 1e6
+        })
+    }
+    let window = Duration::from_millis(param("ms", 3_000, 500));
+    let run = |_| vec![cpu_ms(SystemTimer::new("idle"), window), cpu_ms(BTreeTimer::new(), window)];
+    let figures: Vec<Vec<f64>> = (0..param("runs", 3, 1)).map(run).collect();
+    table(&format!("CPU ms over {window:?}"), &["wheel", "btree"], &figures, true);
+}
+
+/// A task that counts itself when it runs.
+struct Count(i64, Arc<AtomicUsize>);
+
+impl TimerTask for Count {
+    fn delay_ms(&self) -> i64 {
+        self.0
+    }
+    fn run(self: Box<Self>) {
+        self.1.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One `mock30` run of `timer` on `time`: the figures `mock30` prints.
+fn mock30_run<T: baselines::BenchTimer>(timer: &T, time: &MockTime, n: usize) -> Vec<f64> {
+    const MINUTE_MS: i64 = 60_000;
+    let (ran, mut rng) = (Arc::new(AtomicUsize::new(0)), Rng::new(SEED));
+    let (rss0, start) = (rss_bytes() as f64, Instant::now());
+    for _ in 0..n {
+        let delay_ms = rng.range(25 * MINUTE_MS, 35 * MINUTE_MS);
+        drop(timer.add(Box::new(Count(delay_ms, Arc::clone(&ran)))));
+    }
+    let rss = (rss_bytes() as f64 - rss0) / n as f64;
+    let mut figures = vec![start.elapsed().as_secs_f64(), rss];
+    let (mut wall_ns, mut cpu_ns, first_cpu) = (Vec::new(), Vec::new(), thread_cpu_ns());
+    while ran.load(Ordering::Relaxed) < n {
+        assert!(wall_ns.len() < 36 * 60_000, "tasks still pending at 36 minutes");
+        time.sleep(1);
+        let (before_cpu, before) = (thread_cpu_ns(), Instant::now());
+        timer.advance_clock(0);
+        wall_ns.push(before.elapsed().as_nanos() as u64);
+        cpu_ns.push(thread_cpu_ns() - before_cpu);
+    }
+    let (driver_cpu_ns, total_wall) = (thread_cpu_ns() - first_cpu, wall_ns.iter().sum::<u64>());
+    figures.push(wall_ns.len() as f64);
+    for sorted in [&mut wall_ns, &mut cpu_ns] {
+        sorted.sort_unstable();
+        figures.extend([1.0, 0.999, 0.99].map(|p| percentile(sorted, p) as f64 / 1e3));
+    }
+    figures.extend([total_wall, driver_cpu_ns].map(|ns| ns as f64 / n as f64));
+    figures
+}
+
+/// The 30-minute scenario without waiting: N timers (10^7) added at once, delays uniform in
+/// 30 min ± 5 min, on a `MockTime` that a driver moves 1 ms at a time, calling
+/// `advance_clock(0)` after each step until every task ran. Each call timed by the wall clock
+/// (preemption included) and by the driver thread's CPU clock. The wheel against the
+/// `Mutex<BTreeMap>` on the same clock, each run a process of its own.
+pub(crate) fn mock30() {
+    let n = param("n", 10_000_000, 100_000);
+    if let Some(kind) = case() {
+        let time = MockTime::new();
+        let wheel = || SystemTimer::builder("mock30").time(time.clone()).build();
+        return report(&match kind.as_str() {
+            "wheel" => mock30_run(&wheel(), &time, n),
+            _ => mock30_run(&BTreeTimer::on(Arc::new(time.clone())), &time, n),
+        });
+    }
+    let columns = "add all s | RSS B/timer | steps | max wall µs | p99.9 wall µs \
+        | p99 wall µs | max CPU µs | p99.9 CPU µs | p99 CPU µs | advance_clock ns/timer \
+        | driver CPU ns/timer";
+    let run = |_| vec![in_child("wheel"), in_child("btree")];
+    let figures: Vec<Vec<Vec<f64>>> = (0..param("runs", 1, 1)).map(run).collect();
+    println!("N = {n}\n");
+    runs_table(columns, &["wheel", "btree"], &figures, &[3, 6, 10]);
+}
+
+/// `rounds` xorshift rounds: the work of one task in `executors`.
+fn work(id: u64, rounds: u32) -> u64 {
+    let mut x = id | 1;
+    for _ in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+    }
+    black_box(x)
+}
+
+/// N tasks due 20 ms out, each doing `rounds` of work and counting itself, run through
+/// `case`'s executor; ns per task from the moment they are due to the last one's end.
+fn executors_run(case: &str, n: u64, rounds: u32) -> f64 {
+    let builder = SystemTimer::builder("executors");
+    let pool = case.strip_prefix("threadpool-").map(|t| ThreadPool::new(t.parse().unwrap()));
+    let timer = match case {
+        "threads-1" | "send_task-4" => builder.build(),
+        "threads-2" => builder.executor_threads(2).build(),
+        "inline" => builder.executor(|job| job()).build(),
+        "threads-1-bounded" => builder.max_in_flight(64).build(),
+        _ => builder.threadpool(pool.clone().expect("a known case")).build(),
+    };
+    let (ran, (tx, rx)) = (Arc::new(AtomicU64::new(0)), crossbeam_channel::unbounded());
+    let took = thread::scope(|s| {
+        for _ in 0..if case == "send_task-4" { 4 } else { 0 } {
+            let (rx, ran) = (rx.clone(), &ran);
+            s.spawn(move || {
+                rx.iter().for_each(|id| _ = (work(id, rounds), ran.fetch_add(1, Ordering::Relaxed)))
+            });
+        }
+        let due = Instant::now() + Duration::from_millis(21);
+        for id in 0..n {
+            let ran = Arc::clone(&ran);
+            timer.add(match case {
+                "send_task-4" => send_task(20, tx.clone(), id),
+                _ => timer_task(20, move || {
+                    _ = (work(id, rounds), ran.fetch_add(1, Ordering::Relaxed))
+                }),
+            });
+        }
+        drop(tx);
+        thread::sleep(due.saturating_duration_since(Instant::now()));
+        let start = Instant::now();
+        while ran.load(Ordering::Acquire) < n {
+            timer.advance_clock(1);
+        }
+        start.elapsed()
+    });
+    timer.close();
+    pool.inspect(ThreadPool::join);
+    took.as_nanos() as f64 / n as f64
+}
+
+/// Where expiries run, the cost per task: the built-in pool of 1 and 2 threads, a
+/// `threadpool::ThreadPool` of 1 and 2, an inline executor, the built-in pool with
+/// `max_in_flight(64)`, and `send_task` of each expiry into a `crossbeam-channel` that 4
+/// worker threads drain (the task's work on them, not on the executor). N tasks (2 × 10^5)
+/// due together, each doing `work=` rounds of xorshift (0; e.g. `work=0,200,2000`, a table
+/// each); ns per task from the moment they are due to the last one's end; the cases
+/// alternate. `case=NAME` runs one case alone (to count its instructions under callgrind).
+pub(crate) fn executors() {
+    let n = param("n", 200_000, 10_000);
+    let works: Vec<u32> = list("work", "0", "0");
+    if let Some(case) = case() {
+        return println!("{case}: {:.1} ns per task", executors_run(&case, n, works[0]));
+    }
+    let cases = ["threads-1", "threads-2", "threadpool-1", "threadpool-2", "inline"];
+    let cases = [&cases[..], &["threads-1-bounded", "send_task-4"]].concat();
+    for rounds in works {
+        let work_ns = ns_per(20_000, |id| _ = work(id as u64, rounds));
+        let run = |_| cases.iter().map(|case| executors_run(case, n, rounds)).collect();
+        let figures: Vec<Vec<f64>> = (0..param("runs", 7, 1)).map(run).collect();
+        let title = format!(
+            "N = {n} due together, {rounds} rounds of work ({work_ns:.0} ns) each: ns per task"
+        );
+        table(&title, &cases, &figures, true);
+    }
+}
+
+/// What a call of `next_expiration_ms` costs, on a `MockTime` (nothing expires): `uniform`,
+/// N timers 1-30,000 ms out (the earliest list holds N / 30,000); `far`, N timers about 1 h
+/// out (one coarse bucket holds all N); `held`, N tasks held by `max_in_flight(1)` behind a
+/// busy executor (all read) and 10^5 pending. ns per call: 7 runs of as many calls as fit in
+/// 50 ms each.
+pub(crate) fn next_expiration() {
+    let timer = |n: usize, lo: i64, hi: i64, held: bool| {
+        let time = MockTime::new();
+        let builder = SystemTimer::builder("next").time(time.clone());
+        let timer = if held { builder.max_in_flight(1) } else { builder }.build();
+        let (release, wait) = mpsc::channel::<()>();
+        let mut rng = Rng::new(SEED);
+        if held {
+            timer.add(timer_task(0, move || _ = wait.recv()));
+            (0..n).for_each(|_| _ = timer.add(timer_task(1, || {})));
+        }
+        let pending = if held { 100_000 } else { n };
+        (0..pending).for_each(|_| _ = timer.add(timer_task(rng.range(lo, hi), || {})));
+        if held {
+            time.sleep(1);
+            while timer.advance_clock(0) {}
+        }
+        (timer, release)
+    };
+    let ns_per_call = |(timer, release): (SystemTimer, mpsc::Sender<()>)| {
+        let expected = timer.next_expiration_ms();
+        assert!(expected.is_some());
+        let run = |_| {
+            let (start, mut calls) = (Instant::now(), 0);
+            while start.elapsed() < Duration::from_millis(50) {
+                (0..16).for_each(|_| assert_eq!(black_box(timer.next_expiration_ms()), expected));
+                calls += 16;
+            }
+            start.elapsed().as_nanos() as f64 / calls as f64
+        };
+        let runs = (0..7).map(run).collect::<Vec<f64>>();
+        drop(release);
+        timer.close();
+        runs
+    };
+    let mut cases: Vec<(String, Vec<f64>)> = Vec::new();
+    for n in list::<usize>("n", "1000,100000,1000000", "1000,100000") {
+        let read = n.div_ceil(30_000);
+        let uniform = ns_per_call(timer(n, 1, 30_000, false));
+        cases.push((format!("uniform {n} ({read} read)"), uniform));
+        let far = ns_per_call(timer(n, 3_600_000, 3_600_999, false));
+        cases.push((format!("far {n} ({n} read)"), far));
+    }
+    for n in [1_000, 10_000] {
+        cases.push((format!("held {n} ({n} read)"), ns_per_call(timer(n, 10, 30_000, true))));
+    }
+    let names: Vec<&str> = cases.iter().map(|(name, _)| name.as_str()).collect();
+    let runs: Vec<Vec<f64>> = (0..7).map(|r| cases.iter().map(|c| c.1[r]).collect()).collect();
+    table("ns per call (entries read per call)", &names, &runs, false);
+}
+
+/// Every purgatory operation's timeout: beyond the run, so completion always cancels it.
+const TIMEOUT_MS: i64 = 30_000;
+
+/// What `purgatory` does with a purgatory.
+trait BenchPurgatory: Sync {
+    type Op;
+    /// A new operation, not completable yet.
+    fn operation(&self) -> Self::Op;
+    /// Watches `op` under `keys`, with its timeout.
+    fn watch(&self, op: &Self::Op, keys: &[u64]);
+    /// Makes `op` completable.
+    fn acknowledge(op: &Self::Op);
+    /// Completes what it can under `key`; returns how many.
+    fn check_and_complete(&self, key: u64) -> usize;
+}
+
+/// The crate's operation: completable once acknowledged.
+struct Produce(AtomicBool);
+
+impl DelayedOperation for Produce {
+    fn delay_ms(&self) -> i64 {
+        TIMEOUT_MS
+    }
+    fn try_complete(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+    fn on_complete(&self) {
+        black_box(self);
+    }
+    fn on_expiration(&self) {}
+}
+
+impl BenchPurgatory for DelayedOperationPurgatory<u64, Produce> {
+    type Op = Delayed<Produce>;
+    fn operation(&self) -> Delayed<Produce> {
+        Delayed::new(Produce(AtomicBool::new(false)))
+    }
+    fn watch(&self, op: &Delayed<Produce>, keys: &[u64]) {
+        self.try_complete_else_watch(op, keys);
+    }
+    fn acknowledge(op: &Delayed<Produce>) {
+        op.operation().0.store(true, Ordering::Release);
+    }
+    fn check_and_complete(&self, key: u64) -> usize {
+        DelayedOperationPurgatory::check_and_complete(self, &key)
+    }
+}
+
+/// The baseline's operation: acknowledged, completed (once, by a swap), and its timeout,
+/// cancelled on completion.
+#[derive(Default)]
+struct PlainOp(AtomicBool, AtomicBool, Mutex<Option<TimerTaskEntry>>);
+
+impl PlainOp {
+    fn try_complete(&self) -> bool {
+        self.0.load(Ordering::Acquire) && self.complete()
+    }
+    fn complete(&self) -> bool {
+        if self.1.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.2.lock().unwrap().take().inspect(|entry| _ = entry.cancel());
+        true
+    }
+}
+
+/// The baseline: one mutex around one map of watch lists, operations checked under it.
+struct MutexPurgatory(Mutex<HashMap<u64, Vec<Arc<PlainOp>>>>, SystemTimerReaper);
+
+impl BenchPurgatory for MutexPurgatory {
+    type Op = Arc<PlainOp>;
+    fn operation(&self) -> Arc<PlainOp> {
+        Arc::default()
+    }
+    fn watch(&self, op: &Arc<PlainOp>, keys: &[u64]) {
+        if op.try_complete() {
+            return;
+        }
+        let mut watchers = self.0.lock().unwrap();
+        keys.iter().for_each(|key| watchers.entry(*key).or_default().push(Arc::clone(op)));
+        drop(watchers);
+        if op.try_complete() {
+            return;
+        }
+        let expiring = Arc::clone(op);
+        let entry = self.1.add(timer_task(TIMEOUT_MS, move || _ = expiring.complete()));
+        *op.2.lock().unwrap() = Some(entry);
+        // Completed meanwhile: its timeout was not there to cancel.
+        if op.1.load(Ordering::Acquire) {
+            op.2.lock().unwrap().take().inspect(|entry| _ = entry.cancel());
+        }
+    }
+    fn acknowledge(op: &Arc<PlainOp>) {
+        op.0.store(true, Ordering::Release);
+    }
+    fn check_and_complete(&self, key: u64) -> usize {
+        let mut watchers = self.0.lock().unwrap();
+        let Some(list) = watchers.get_mut(&key) else {
+            return 0;
+        };
+        let mut completed = 0;
+        list.retain(|op| {
+            // Dropped once completed: by this check, or before it.
+            let was_completed = op.1.load(Ordering::Acquire);
+            let completes = !was_completed && op.try_complete();
+            completed += usize::from(completes);
+            !was_completed && !completes
+        });
+        if list.is_empty() {
+            watchers.remove(&key);
+        }
+        completed
+    }
+}
+
+/// `iters` operations on each of `threads` threads (each on its own 512 keys); M ops/s.
+fn purgatory_rate<P: BenchPurgatory>(purgatory: &P, threads: usize, iters: u64) -> f64 {
+    let completed = AtomicUsize::new(0);
+    let wall = on_threads(threads, |t| {
+        let (t, mut done) = (t as u64, 0);
+        for i in 0..iters {
+            let (key, next) = (t * 512 + i % 512, t * 512 + (i + 1) % 512);
+            let op = purgatory.operation();
+            purgatory.watch(&op, &[key, next]);
+            P::acknowledge(&op);
+            done += purgatory.check_and_complete(key);
+        }
+        completed.fetch_add(done, Ordering::Relaxed);
+    });
+    let ops = threads as u64 * iters;
+    assert_eq!(completed.into_inner() as u64, ops, "each operation completed by its check");
+    ops as f64 / wall.as_secs_f64() / 1e6
+}
+
+/// The purgatory: one operation is watched under two keys (a 30 s timeout on a
+/// `SystemTimer`), made completable, then completed by `check_and_complete` of its first
+/// key, which cancels the timeout; its second key is the next one's first. At 1 and 2
+/// threads (`threads=`), against a `Mutex<HashMap<u64, Vec<_>>>` purgatory with the same
+/// timer work. M operations/s, all threads together.
+pub(crate) fn purgatory() {
+    let (runs, iters) = (param("runs", 7, 3), param("iters", 500_000, 20_000));
+    let ours = DelayedOperationPurgatory::<u64, Produce>::new("bench", 0);
+    let reaper = SystemTimerReaper::new("baseline-reaper", SystemTimer::new("baseline"));
+    let baseline = MutexPurgatory(Mutex::default(), reaper);
+    for threads in list::<usize>("threads", "1,2", "1,2") {
+        let run =
+            |_| [purgatory_rate(&ours, threads, iters), purgatory_rate(&baseline, threads, iters)];
+        let figures: Vec<Vec<f64>> = (0..runs).map(|r| run(r).to_vec()).collect();
+        let sides = ["timingwheel", "Mutex<HashMap>"];
+        table(&format!("{threads} threads: M operations/s"), &sides, &figures, true);
+    }
+    assert_eq!(ours.num_delayed(), 0, "every timeout was cancelled");
+    assert_eq!(baseline.1.size(), 0, "every baseline timeout was cancelled");
+    ours.shutdown();
+    baseline.1.close();
+}

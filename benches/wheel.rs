@@ -1,0 +1,60 @@
+//! The benchmarks of timingwheel, each against its baselines in the same run: one binary,
+//! one function per workload, listed below (the workloads that count the allocator's bytes
+//! are in `memory.rs`, a binary of its own).
+//!
+//! `cargo bench -p timingwheel-benches --bench wheel -- WORKLOAD [key=value ...]` runs one
+//! (`all`: each in turn); with no workload, the list. A parameter is `key=value` or the
+//! environment's `TIMINGWHEEL_<KEY>`; `TIMINGWHEEL_BENCH_QUICK=1` runs every workload at a
+//! reduced size, in seconds. Each prints markdown tables: every run's figures, the
+//! baseline's from the same run, and the ratio within each run.
+
+#![allow(clippy::print_stdout)]
+
+mod baselines;
+mod everyday;
+mod expiry;
+mod futures;
+mod harness;
+
+/// Every workload of this binary, each documented at its function: a new one is a function
+/// and a line here.
+const WORKLOADS: &[harness::Workload] = &[
+    ("everyday", everyday::everyday), // add, cancel, reschedule vs tokio-util, nexus-timer
+    ("add_parts", everyday::add_parts), // where an add's nanoseconds go
+    ("instructions", everyday::instructions), // instructions per operation (callgrind)
+    ("threads", everyday::threads),   // add + cancel from 1, 2, 4, ... threads
+    ("locks", everyday::locks),       // the striped lock vs RwLock read + a mutex
+    ("heartbeats", everyday::heartbeats), // KeyedTimer::reschedule vs tokio-util reset
+    ("load", expiry::load),           // lateness while 10^6 or 10^7 are added
+    ("idle", expiry::idle),           // the CPU an idle timer's driver uses
+    ("mock30", expiry::mock30),       // 10^7 timers over 30 min of MockTime
+    ("executors", expiry::executors), // each place to run expiries, send_task + 4 workers
+    ("next_expiration", expiry::next_expiration), // ns per next_expiration_ms call
+    ("purgatory", expiry::purgatory), // watch + complete vs a Mutex<HashMap> purgatory
+    ("sleeps", futures::sleeps),      // 10^6 sleeps vs tokio and futures-timer
+    ("async_wakes", futures::async_wakes), // wake lateness on a busy runtime vs tokio
+    ("sessions", sessions),           // to write
+    ("shared_driver", shared_driver), // to write
+    ("restore", restore),             // to write
+];
+
+fn main() {
+    harness::main(WORKLOADS);
+}
+
+/// To write: 10^6 sessions, each heartbeating every 3 s with a 10 s timeout, driven for
+/// real: heartbeats/s, the lateness of the timeouts that fire, RSS; against tokio-util.
+fn sessions() {
+    println!("not written yet");
+}
+
+/// To write: eight timers on one shared driver, against eight with a driver each.
+fn shared_driver() {
+    println!("not written yet");
+}
+
+/// To write: a bulk restore of pending timers (a restart reloading 10^6 deadlines), against
+/// one `add` each.
+fn restore() {
+    println!("not written yet");
+}
