@@ -50,9 +50,7 @@
 //!      stop messages into the queue and join the built-in pool's threads. Its `buffers`:
 //!      a flush chunk takes an empty batch buffer before it locks its shard (a new one is
 //!      an allocation), and the pool gives buffers back under no lock. Lateness is counted
-//!      in atomics (`lateness`), under no lock. The table of the running tasks' names
-//!      (`threads::running`): taken by a pool thread that runs a task of a type it has not
-//!      run before, and by a `close` that gave up waiting, under no lock.
+//!      in atomics (`lateness`), under no lock.
 //!    - the reapers' `stop` and `thread` mutexes (`threads::reaper`), never held together:
 //!      `stop` while the stop channel's sender is dropped, `thread` while the reaper thread
 //!      is joined. That thread's polls take the timer's locks, but never these two.

@@ -1,8 +1,7 @@
-//! A `close` that gave up waiting for the tasks on the executor warns once, naming the
-//! tasks it left running (`TimerTask::name`), not again at later closes or the drop.
+//! A `close` that gave up waiting for the tasks on the executor warns once, saying how many
+//! it left running, not again at later closes or the drop.
 //!
-//! A binary of its own: it waits out `close`'s 10 s bound once, and counts the warnings of
-//! its process.
+//! A binary of its own: it counts the warnings of its process.
 
 mod common;
 
@@ -10,6 +9,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::logger;
+
+/// How long the timer's `close` waits for its tasks.
+const BOUND: Duration = Duration::from_millis(300);
 use timingwheel::crossbeam_channel::{Receiver, unbounded};
 use timingwheel::{SystemTimer, Timer, TimerTask, timer_task};
 
@@ -30,9 +32,12 @@ impl TimerTask for Stuck {
 }
 
 #[test]
-fn a_close_that_gave_up_warns_once_naming_the_tasks_left_running() {
+fn a_close_that_gave_up_warns_once_counting_the_tasks_left_running() {
     logger::install();
-    let timer = SystemTimer::builder("stuck").executor_threads(2).build();
+    let timer = SystemTimer::builder("stuck")
+        .executor_threads(2)
+        .close_timeout(BOUND)
+        .build();
     let (open, gate) = unbounded::<()>();
     let (started_tx, started) = mpsc::channel();
     timer.add(Box::new(Stuck {
@@ -50,16 +55,11 @@ fn a_close_that_gave_up_warns_once_naming_the_tasks_left_running() {
 
     let start = Instant::now();
     timer.close();
-    assert!(
-        start.elapsed() >= Duration::from_secs(10),
-        "it waited its bound"
-    );
+    assert!(start.elapsed() >= BOUND, "it waited its bound");
     let warnings = logger::warnings_containing("timer stuck:");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let warning = &warnings[0];
     assert!(warning.contains("2 tasks"), "{warning}");
-    assert!(warning.contains("close_warning::Stuck"), "{warning}");
-    assert!(warning.contains("timingwheel::task::FnTask<"), "{warning}");
 
     timer.close();
     timer.close();

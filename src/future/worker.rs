@@ -196,7 +196,7 @@ impl Relay {
     /// Hands `task` to the relay task; runs it here if the runtime is gone.
     fn send(&self, task: Box<dyn TimerTask>) {
         if let Err(gone) = self.queue.send(task) {
-            run_task(gone.into_inner(), |_| {});
+            run_task(gone.into_inner());
             return;
         }
         if !self.signaled.swap(true, Ordering::SeqCst) {
@@ -218,7 +218,7 @@ async fn relay(
         signaled.store(false, Ordering::SeqCst);
         let mut ran = 0;
         while let Ok(task) = tasks.try_recv() {
-            run_task(task, |_| {});
+            run_task(task);
             ran += 1;
             if ran % BATCH == 0 {
                 tokio::task::yield_now().await;

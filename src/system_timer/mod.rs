@@ -655,18 +655,11 @@ impl SystemTimer {
         let left = self.executor.wait_idle(self.close_timeout);
         // Once per timer: later closes, and the drop, give up at the same deadline.
         if left > 0 && self.executor.first_give_up() {
-            // Only the built-in pool's threads record what they run.
-            let names = self.executor.running_task_names();
             log::warn!(
                 "timer {}: {left} tasks handed to the executor still unfinished after \
-                 {:?}; not waiting longer (running now: {})",
+                 {:?}; not waiting longer",
                 self.executor_name,
                 self.close_timeout,
-                if names.is_empty() {
-                    "not known".to_owned()
-                } else {
-                    names.join(", ")
-                }
             );
         }
         self.executor.shut_down(left == 0);

@@ -25,8 +25,7 @@
 //!   wakes it (`idle`, with its mutex); otherwise finishing a task takes no lock. A job
 //!   counts its tasks finished from a drop guard, so the count comes down even if it
 //!   unwinds.
-//! - Each built-in pool thread records the name of the task it runs (`running`), for the
-//!   warning of a `close` that gave up waiting, which `gave_up` lets the timer log once.
+//! - A `close` that gave up waiting is logged once (`gave_up`).
 //! - A task's panic is caught, logged at `error!`, and the executor goes on. So is a panic
 //!   in the `Drop` of the panic's payload: nothing a task does unwinds out of [`run_task`].
 //! - Every `close` of the timer waits for the tasks in flight, up to one deadline set by the
@@ -80,7 +79,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use super::running::{Recorder, RunningTasks};
 use crate::lateness::{Lateness, LatenessHistogram, RunningLate, late_us};
 use crate::prefetch::prefetch;
 use crate::task::{Expired, TimerTask};
@@ -204,9 +202,6 @@ struct Shared {
     clock: TimerClock,
     lateness: Arc<LatenessHistogram>,
     limit: Option<Limit>,
-    /// The names of the tasks the built-in pool's threads run (no slot on a caller's
-    /// executor, whose threads the timer cannot see).
-    running: RunningTasks,
 }
 
 thread_local! {
@@ -237,10 +232,6 @@ impl Executor {
         limit: Option<(usize, Arc<dyn HeldTasks>)>,
     ) -> Executor {
         let mut queue = None;
-        let runner_threads = match &kind {
-            ExecutorKind::Threads(threads) => Some(*threads),
-            _ => None,
-        };
         let runner = match kind {
             ExecutorKind::Threads(threads) => {
                 assert!(threads > 0, "an executor needs at least one thread");
@@ -274,10 +265,6 @@ impl Executor {
                 held,
                 refill_at: (max / 8).max(1),
             }),
-            running: RunningTasks::new(match &runner_threads {
-                Some(threads) => *threads,
-                None => 0,
-            }),
         });
         let handles = match (&shared.runner, queue) {
             (Runner::Pool { threads, .. }, Some(queue)) => (0..*threads)
@@ -291,7 +278,7 @@ impl Executor {
                     let shared = Arc::clone(&shared);
                     std::thread::Builder::new()
                         .name(thread_name.clone())
-                        .spawn(move || work(&queue, &shared, i))
+                        .spawn(move || work(&queue, &shared))
                         .unwrap_or_else(|e| {
                             panic!("cannot spawn executor thread {thread_name:?}: {e}")
                         })
@@ -438,12 +425,6 @@ impl Executor {
         !self.gave_up.swap(true, Ordering::AcqRel)
     }
 
-    /// Returns the names of the tasks the built-in pool's threads are running now (see
-    /// [`TimerTask::name`]; none on a caller's executor).
-    pub(crate) fn running_task_names(&self) -> Vec<&'static str> {
-        self.shared.running.names()
-    }
-
     /// Stops the built-in pool's threads once the queue before them is done (the first
     /// call sends the stop messages), and joins them unless `join` is false (tasks still
     /// running past the deadline) or this is a pool thread, which cannot join itself: those
@@ -557,20 +538,13 @@ impl Shared {
         }
     }
 
-    /// Runs one expired task here and now, counting how late it started, and recording
-    /// its name in `recorder` (a built-in pool thread's) while it runs.
+    /// Runs one expired task here and now, counting how late it started.
     #[inline]
-    fn run(&self, expired: Expired, recorder: Option<&Recorder<'_>>) {
+    fn run(&self, expired: Expired) {
         let late_us = late_us(self.clock.now_ns(), expired.expiration_ms);
         self.lateness.record(late_us);
         let _running = RunningLate::enter(late_us);
-        match recorder {
-            Some(recorder) => {
-                run_task(expired.task, |task| recorder.running(task.name()));
-                recorder.idle();
-            }
-            None => run_task(expired.task, |_| {}),
-        }
+        run_task(expired.task);
     }
 
     /// Counts `count` tasks in flight finished, waking the `close` calls that wait.
@@ -715,12 +689,10 @@ impl PoolJob {
     }
 }
 
-/// A built-in pool thread's loop (thread number `thread`): runs the jobs it receives until
-/// told to stop.
-fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>, thread: usize) {
+/// A built-in pool thread's loop: runs the jobs it receives until told to stop.
+fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>) {
     RUNNING_FOR.with(|running| running.set(shared.id()));
     RUNNING_DEPTH.with(|running| running.set(1));
-    let recorder = shared.running.recorder(thread);
     loop {
         match queue.recv() {
             Ok(PoolJob::Batch(mut tasks)) => {
@@ -728,12 +700,12 @@ fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>, thread: usize) {
                     shared,
                     count: tasks.len(),
                 };
-                run_in_order(shared, &recorder, &mut tasks);
+                run_in_order(shared, &mut tasks);
                 shared.recycle(tasks);
             }
             Ok(PoolJob::One(task)) => {
                 let _finished = Finished { shared, count: 1 };
-                shared.run(task, Some(&recorder));
+                shared.run(task);
             }
             Ok(PoolJob::Stop) | Err(_) => break,
         }
@@ -763,7 +735,7 @@ impl CallerJob {
         };
         let outer_depth = RUNNING_DEPTH.with(|running| running.replace(depth));
         shared.started.fetch_add(1, Ordering::SeqCst);
-        shared.run(task, None);
+        shared.run(task);
         shared.started.fetch_sub(1, Ordering::SeqCst);
         RUNNING_DEPTH.with(|running| running.set(outer_depth));
         RUNNING_FOR.with(|running| running.set(outer));
@@ -791,7 +763,7 @@ const PREFETCH_AHEAD: usize = 8;
 /// Runs `tasks` in order and leaves the buffer empty. The first read of a task's box is
 /// likely a cache and TLB miss (it was allocated long before), so the boxes of the next
 /// tasks are asked for ahead of time (see `prefetch`).
-fn run_in_order(shared: &Shared, recorder: &Recorder<'_>, tasks: &mut Vec<Expired>) {
+fn run_in_order(shared: &Shared, tasks: &mut Vec<Expired>) {
     tasks
         .iter()
         .take(PREFETCH_AHEAD)
@@ -806,7 +778,7 @@ fn run_in_order(shared: &Shared, recorder: &Recorder<'_>, tasks: &mut Vec<Expire
             task: Box::new(Ran),
             expiration_ms: 0,
         };
-        shared.run(std::mem::replace(&mut tasks[at], ran), Some(recorder));
+        shared.run(std::mem::replace(&mut tasks[at], ran));
     }
     tasks.clear();
 }
@@ -835,14 +807,9 @@ impl Drop for Finished<'_> {
     }
 }
 
-/// Runs one task after `starting` (which may call the task's code, as `name`), catching and
-/// logging a panic of either; never unwinds.
-pub(crate) fn run_task(task: Box<dyn TimerTask>, starting: impl FnOnce(&dyn TimerTask)) {
-    let run = || {
-        starting(&*task);
-        task.run();
-    };
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(run)) {
+/// Runs one task, catching and logging its panic; never unwinds.
+pub(crate) fn run_task(task: Box<dyn TimerTask>) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
         log::error!("timer task panicked: {}", panic_message(&*payload));
         drop_payload(payload);
     }

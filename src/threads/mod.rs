@@ -6,4 +6,3 @@
 pub(crate) mod delay_queue;
 pub(crate) mod executor;
 pub(crate) mod reaper;
-pub(crate) mod running;
