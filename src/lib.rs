@@ -150,45 +150,50 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms)]
 
-mod clock;
+mod delay_queue;
+mod delayed_operation;
+mod delayed_operation_purgatory;
+mod executor;
 mod future;
 mod lateness;
 mod lock_order;
 mod metrics;
 mod mock;
-mod prefetch;
-mod purgatory;
 mod schedule;
 mod store;
 mod system_timer;
+mod system_timer_reaper;
 mod task;
-mod threads;
 mod time;
 mod timer;
-mod wheel;
+mod timer_task_entry;
+mod timer_task_list;
+mod timing_wheel;
 
 pub use crossbeam_channel;
+pub use delayed_operation::{Delayed, DelayedOperation};
+pub use delayed_operation_purgatory::{
+    DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
+};
 #[cfg(all(feature = "tokio", unix))]
 pub use future::WorkerTimer;
 pub use future::{Elapsed, Interval, Sleep, Timeout, timeout};
 pub use lateness::Lateness;
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
-pub use purgatory::{
-    Delayed, DelayedOperation, DelayedOperationPurgatory, DelayedOperationPurgatoryBuilder,
-};
 pub use schedule::keyed::KeyedTimer;
 pub use schedule::missed_ticks::MissedTicks;
 pub use schedule::periodic::{PeriodicHandle, schedule_periodic};
 pub use schedule::send_task::send_task;
-pub use store::TimerTaskEntry;
-pub use system_timer::{SystemTimer, SystemTimerBuilder, SystemTimerReaper};
+pub use system_timer::{SystemTimer, SystemTimerBuilder};
+pub use system_timer_reaper::SystemTimerReaper;
 pub use task::{FnTask, IntoDelayMs, TimerTask, timer_task};
 /// The crate of the pool [`SystemTimerBuilder::threadpool`] takes, so that a caller's pool
 /// is of the same version.
 pub use threadpool;
 pub use time::{SystemClock, Time, hi_res_clock_ms};
 pub use timer::{AddError, Timer};
+pub use timer_task_entry::TimerTaskEntry;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::store::TimerTaskEntry;
 use crate::task::TimerTask;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// What every timer offers, like Kafka's `Timer` interface. Object safe.
 ///

@@ -11,9 +11,9 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 
 use crate::schedule::token::{TokenOwner, TokenTask};
-use crate::store::TimerTaskEntry;
 use crate::task::IntoDelayMs;
 use crate::timer::Timer;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// A future that completes `delay_ms` after it was created, on `timer`'s clock.
 ///

@@ -37,10 +37,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::store::TimerTaskEntry;
+use crate::executor::run_task;
 use crate::task::TimerTask;
-use crate::threads::executor::run_task;
 use crate::timer::{AddError, Timer};
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Tasks the relay task runs before it yields to the runtime's other tasks. Each task it
 /// wakes goes to the worker's local queue (256 places), which overflows into the global

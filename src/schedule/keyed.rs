@@ -49,9 +49,11 @@ use hashbrown::hash_table::Entry;
 use parking_lot::Mutex;
 
 use super::token::{TokenOwner, TokenTask};
-use crate::store::{EntryKey, Shard, TimerTaskEntry};
+use crate::store::chunks::EntryKey;
+use crate::store::shard::Shard;
 use crate::task::{IntoDelayMs, TimerTask};
 use crate::timer::Timer;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Maps per keyed timer: threads that schedule different keys seldom wait for each other.
 const SHARDS: usize = 64;

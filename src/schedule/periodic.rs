@@ -33,9 +33,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::missed_ticks::{MissedTicks, clock_ms};
 use super::token::{TokenOwner, TokenTask};
-use crate::store::TimerTaskEntry;
 use crate::task::{IntoDelayMs, TimerTask};
 use crate::timer::Timer;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Runs `run` every `period_ms` on `timer`'s executor, the first time `period_ms` from now,
 /// until the returned handle is [cancelled](PeriodicHandle::cancel) or the timer closes.

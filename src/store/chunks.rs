@@ -22,8 +22,65 @@
 //!   highest generation of a chunk before it is given back
 //!   ([`Item::generation`]), and the next chunk of that number starts from there, so a
 //!   number never repeats a generation; a chunk number whose generations ran out is retired.
+//!
+//! # Slots: where an entry's task lives
+//!
+//! Where pending tasks live: 32-byte slots in mapped chunks, named by index and generation.
+//!
+//! Kafka gives every `TimerTaskEntry` an object of its own. Here an entry is a slot: its
+//! task, its expiration, the generation of its occupant and where it is listed ([`Loc`]).
+//! A slot's index never changes while it is occupied, so a handle names it by index; the
+//! generation tells a handle's own occupant from a later one.
+//!
+//! # Ground rules
+//!
+//! - Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
+//! - A slot is *vacant* (no task) or *occupied*. Its generation counts its occupants; a
+//!   slot whose generation would wrap is retired instead of reused, and chunk numbers keep
+//!   their highest generation when their chunk is unmapped (see `chunks`), so a key never
+//!   names a later occupant.
+//!
+//! # Mapped memory
+//!
+//! Fixed-size arrays that live outside the process's heap: the memory of slots and chain
+//! blocks.
+//!
+//! # Why not the heap
+//!
+//! With glibc's malloc, the executor frees every task box into the arena of the thread
+//! that added it, through the arena's fastbins, which are not coalesced until something
+//! asks. A later `free` of a large block of that arena (a page of slots given back), or a
+//! large `malloc` in it, first coalesces every one of them, holding the arena's lock: the
+//! timer's driver then waits for that lock in an ordinary `free` (1.4 s for a burst of ten
+//! million, measured in `docs/performance.md`, "What caused the 1.4 s stalls"). Memory the
+//! timer maps itself never meets an arena: mapping and unmapping it takes no allocator lock and coalesces nothing, and
+//! unmapping gives the pages back to the operating system at once, so the timer's own
+//! memory follows its live set in RSS too, without trimming the heap.
+//!
+//! # Ground rules
+//!
+//! - A [`Region<T>`] owns `len` initialized `T`s in one anonymous private mapping (on Unix;
+//!   elsewhere in a boxed slice), and hands them out only as `&[T]` / `&mut [T]` through
+//!   `&self` / `&mut self`, so the borrow checker guards them as it guards a `Vec`'s.
+//! - With `crate::prefetch` (a cache hint), this is the crate's only `unsafe` code. Every
+//!   block says why it is sound.
+//!
+//! # The cache hint
+//!
+//! A hint that memory is about to be read: the one place the crate asks the processor to
+//! fetch a cache line ahead of time.
+//!
+//! The first read of a task's box on the executor, and of a slot in a flush, is likely a
+//! cache and TLB miss: both were written long before. Asking for the next boxes and a
+//! chunk's slots ahead lets the misses overlap; the figures that pay for it, with and
+//! without the hint, are in `docs/performance.md` ("The prefetch"). A plain read cannot do
+//! it here: a task is a `dyn TimerTask` whose memory safe code can only reach by calling
+//! into it.
 
-use super::region::Region;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use crate::task::TimerTask;
 
 /// "None" for item and chunk numbers.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -314,6 +371,447 @@ fn unlist_partial(partial: &mut Vec<u32>, chunks: &mut [Chunk], at: u32) {
     }
 }
 
+/// Slots per chunk: 2^11, 64 KiB of 32-byte slots.
+const CHUNK_SHIFT: u32 = 11;
+
+/// Slots one shard can hold. Indices fit 24 bits (the handle keeps flags above them).
+pub(crate) const SHARD_SLOTS: usize = 1 << 24;
+
+/// Names one entry within its shard: its slot, and the generation of the occupant meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct EntryKey {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// One entry, or a vacant slot.
+/// Where an entry is listed: its block and its offset there, packed as `block << 8 |
+/// offset`; [`Loc::UNLISTED`] for an entry in no list; [`Loc::held`] for one in its
+/// shard's backlog.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc(u32);
+
+/// The offset no block has that marks a held entry: its block bits are its place in the
+/// backlog (below 2^24: a shard's slots).
+const HELD: u32 = 0xFE;
+
+impl Loc {
+    /// In no list: just taken out of one by a flush, or in a timer without lists.
+    pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
+
+    /// Held, at place `at` of the shard's backlog (see `held`).
+    #[inline]
+    pub(crate) fn held(at: usize) -> Loc {
+        debug_assert!(at < 1 << 24);
+        Loc((at as u32) << 8 | HELD)
+    }
+
+    /// The place in the backlog of a held entry; `None` for any other.
+    #[inline]
+    pub(crate) fn held_at(self) -> Option<usize> {
+        (self.0 & 0xFF == HELD).then_some((self.0 >> 8) as usize)
+    }
+
+    /// In list block `block`, at `offset` (below 2^24 and [`HELD`]).
+    #[inline]
+    pub(crate) fn new(block: u32, offset: usize) -> Loc {
+        debug_assert!(block < 1 << 24 && offset < HELD as usize);
+        Loc((block << 8) | offset as u32)
+    }
+
+    #[inline]
+    pub(crate) fn block(self) -> u32 {
+        self.0 >> 8
+    }
+
+    #[inline]
+    pub(crate) fn offset(self) -> usize {
+        (self.0 & 0xFF) as usize
+    }
+
+    /// The packed form, as a slot stores it.
+    #[inline]
+    pub(crate) fn into_raw(self) -> u32 {
+        self.0
+    }
+
+    /// A `Loc` from its packed form.
+    #[inline]
+    pub(crate) fn from_raw(raw: u32) -> Loc {
+        Loc(raw)
+    }
+}
+
+impl fmt::Debug for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Loc::UNLISTED {
+            f.write_str("Loc::UNLISTED")
+        } else if let Some(at) = self.held_at() {
+            write!(f, "Loc::held({at})")
+        } else {
+            write!(f, "Loc(block {}, offset {})", self.block(), self.offset())
+        }
+    }
+}
+
+pub(crate) struct Slot {
+    /// `Some` while occupied.
+    task: Option<Box<dyn TimerTask>>,
+    expiration_ms: i64,
+    /// The generation of the current (or, vacant, the last) occupant.
+    generation: u32,
+    /// Occupied: where the entry is listed. Vacant: the next vacant slot of its chunk.
+    link: u32,
+}
+
+impl Slot {
+    /// Returns the occupant's expiration.
+    pub(crate) fn expiration_ms(&self) -> i64 {
+        self.expiration_ms
+    }
+
+    /// Sets the occupant's expiration.
+    pub(crate) fn set_expiration_ms(&mut self, expiration_ms: i64) {
+        self.expiration_ms = expiration_ms;
+    }
+
+    /// Returns where the occupant is listed.
+    #[inline]
+    pub(crate) fn loc(&self) -> Loc {
+        Loc::from_raw(self.link)
+    }
+
+    /// Records where the occupant is listed.
+    #[inline]
+    pub(crate) fn set_loc(&mut self, loc: Loc) {
+        self.link = loc.into_raw();
+    }
+}
+
+impl Item for Slot {
+    const CHUNK_SHIFT: u32 = CHUNK_SHIFT;
+    const MAX_CHUNKS: usize = SHARD_SLOTS >> CHUNK_SHIFT;
+    fn vacant(next: u32, generation: u32) -> Slot {
+        Slot {
+            task: None,
+            expiration_ms: 0,
+            generation,
+            link: next,
+        }
+    }
+
+    fn next_vacant(&self) -> u32 {
+        self.link
+    }
+
+    fn vacate(&mut self, next: u32) -> bool {
+        debug_assert!(self.task.is_none());
+        self.link = next;
+        self.generation != u32::MAX
+    }
+
+    fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+/// The slots of one shard.
+pub(crate) struct Slots(Chunks<Slot>);
+
+impl Slots {
+    pub(crate) fn new() -> Slots {
+        Slots(Chunks::new())
+    }
+
+    /// Returns the number of occupied slots.
+    pub(crate) fn len(&self) -> usize {
+        self.0.live()
+    }
+
+    /// True if no slot can be taken.
+    pub(crate) fn is_full(&self) -> bool {
+        self.0.is_full()
+    }
+
+    /// Stores an occupant, listed where `list` puts it (given the slot's index), and returns
+    /// its key; gives the task back if no slot can be had (the shard is full).
+    #[inline]
+    pub(crate) fn insert(
+        &mut self,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+        list: impl FnOnce(u32) -> Loc,
+    ) -> Result<EntryKey, Box<dyn TimerTask>> {
+        let Some((index, slot)) = self.0.take() else {
+            return Err(task);
+        };
+        // Never wraps: a slot at u32::MAX is retired (see `Item::vacate`).
+        slot.generation += 1;
+        slot.task = Some(task);
+        slot.expiration_ms = expiration_ms;
+        slot.link = list(index).into_raw();
+        Ok(EntryKey {
+            index,
+            generation: slot.generation,
+        })
+    }
+
+    /// True if `key` names the current occupant of its slot.
+    #[inline]
+    pub(crate) fn is_live(&self, key: EntryKey) -> bool {
+        self.0
+            .try_get(key.index)
+            .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
+    }
+
+    /// Returns the slot `index`.
+    #[inline]
+    pub(crate) fn get(&self, index: u32) -> &Slot {
+        self.0.get(index)
+    }
+
+    /// Returns the slot `index`, mutably.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, index: u32) -> &mut Slot {
+        self.0.get_mut(index)
+    }
+
+    /// Empties the slot of `key`'s occupant, if it is still there, and returns its task and
+    /// where it was listed (for the caller to take it out of the list).
+    #[inline]
+    pub(crate) fn take(&mut self, key: EntryKey) -> Option<(Box<dyn TimerTask>, Loc)> {
+        let slot = self.0.try_get_mut(key.index)?;
+        if slot.generation != key.generation {
+            return None;
+        }
+        let task = slot.task.take()?;
+        let loc = slot.loc();
+        self.0.give_back(key.index);
+        Some((task, loc))
+    }
+
+    /// Empties the occupied slot `index` and returns its task and where it was listed.
+    #[inline]
+    pub(crate) fn vacate(&mut self, index: u32) -> (Box<dyn TimerTask>, Loc) {
+        let slot = self.0.get_mut(index);
+        let task = slot.task.take().expect("vacating a vacant slot");
+        let loc = slot.loc();
+        self.0.give_back(index);
+        (task, loc)
+    }
+
+    /// The storage underneath, for releasing and clearing.
+    pub(crate) fn chunks(&mut self) -> &mut Chunks<Slot> {
+        &mut self.0
+    }
+
+    /// The bytes of the mapped chunks.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.0.mapped_bytes()
+    }
+
+    /// Returns the number of tasks in `chunks` (taken out of a shard by a clear).
+    pub(crate) fn count_tasks(chunks: &[Region<Slot>]) -> usize {
+        chunks
+            .iter()
+            .flat_map(|chunk| chunk.iter())
+            .filter(|slot| slot.task.is_some())
+            .count()
+    }
+
+    /// Takes the tasks out of `chunks`.
+    pub(crate) fn take_tasks(chunks: &mut [Region<Slot>]) -> Vec<Box<dyn TimerTask>> {
+        chunks
+            .iter_mut()
+            .flat_map(|chunk| chunk.iter_mut())
+            .filter_map(|slot| slot.task.take())
+            .collect()
+    }
+}
+
+/// `len` values of `T` in memory of their own.
+pub(crate) struct Region<T> {
+    #[cfg(unix)]
+    map: mapped::Mapping<T>,
+    #[cfg(not(unix))]
+    map: Box<[T]>,
+}
+
+impl<T> Region<T> {
+    /// Maps room for `len` values and fills it with `init(0)`, `init(1)`, ...
+    ///
+    /// If the operating system refuses the memory, this ends the process as a failed heap
+    /// allocation does ([`std::alloc::handle_alloc_error`]).
+    ///
+    /// # Panics
+    ///
+    /// Panics if `len` is 0, or if `T` is zero-sized or aligned to more than a page.
+    pub(crate) fn new(len: usize, init: impl FnMut(usize) -> T) -> Region<T> {
+        assert!(len > 0 && std::mem::size_of::<T>() > 0);
+        assert!(std::mem::align_of::<T>() <= 4096);
+        #[cfg(unix)]
+        let map = mapped::Mapping::new(len, init).unwrap_or_else(|| {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<T>(len).expect("a region's size fits usize"),
+            )
+        });
+        #[cfg(not(unix))]
+        let map = (0..len).map(init).collect();
+        Region { map }
+    }
+
+    /// The bytes this region takes from the operating system.
+    pub(crate) fn bytes(&self) -> usize {
+        std::mem::size_of_val::<[T]>(self)
+    }
+}
+
+impl<T> Deref for Region<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        #[cfg(unix)]
+        return self.map.as_slice();
+        #[cfg(not(unix))]
+        return &self.map;
+    }
+}
+
+impl<T> DerefMut for Region<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        #[cfg(unix)]
+        return self.map.as_mut_slice();
+        #[cfg(not(unix))]
+        return &mut self.map;
+    }
+}
+
+impl<T> fmt::Debug for Region<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Region").field("len", &self.len()).finish()
+    }
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+mod mapped {
+    use std::marker::PhantomData;
+    use std::ptr::NonNull;
+
+    /// An anonymous private mapping holding `len` initialized `T`s.
+    pub(super) struct Mapping<T> {
+        ptr: NonNull<T>,
+        /// Initialized values: all of them once `new` returned.
+        len: usize,
+        /// The size of the mapping.
+        bytes: usize,
+        /// This owns `T`s (for drop check and auto traits).
+        _owns: PhantomData<T>,
+    }
+
+    // SAFETY: a `Mapping<T>` owns its `T`s as a `Box<[T]>` would: it hands out `&T` only
+    // through `&self` and `&mut T` only through `&mut self`, so sending it to another thread
+    // sends the `T`s (hence `T: Send`), and sharing it shares `&T`s (hence `T: Sync`).
+    unsafe impl<T: Send> Send for Mapping<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Sync> Sync for Mapping<T> {}
+
+    /// Every page of a mapping is written at once (`init`), so the kernel may as well map
+    /// them all in the `mmap` call: one system call instead of a page fault per page.
+    #[cfg(target_os = "linux")]
+    const POPULATE: libc::c_int = libc::MAP_POPULATE;
+    #[cfg(not(target_os = "linux"))]
+    const POPULATE: libc::c_int = 0;
+
+    impl<T> Mapping<T> {
+        /// Returns `None` if the size overflows or the operating system refuses.
+        pub(super) fn new(len: usize, mut init: impl FnMut(usize) -> T) -> Option<Mapping<T>> {
+            let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+            // SAFETY: an anonymous private mapping at an address of the kernel's choosing
+            // touches no existing memory; the arguments are valid for `mmap(2)` (no file,
+            // offset 0). The result is checked before use.
+            let addr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    bytes,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANON | POPULATE,
+                    -1,
+                    0,
+                )
+            };
+            if addr == libc::MAP_FAILED {
+                return None;
+            }
+            // Page-aligned (checked against `T`'s alignment by `Region::new`) and not null.
+            let ptr = NonNull::new(addr.cast::<T>())?;
+            let mut mapping = Mapping {
+                ptr,
+                len: 0,
+                bytes,
+                _owns: PhantomData,
+            };
+            for i in 0..len {
+                let value = init(i);
+                // SAFETY: `i < len`, so the slot is inside the mapping, which is aligned for
+                // `T` and writable; it is uninitialized, so nothing is overwritten without
+                // being dropped. `len` counts the initialized prefix, so if `init` panics,
+                // `drop` drops exactly the values written so far and unmaps.
+                unsafe { mapping.ptr.as_ptr().add(i).write(value) };
+                mapping.len = i + 1;
+            }
+            Some(mapping)
+        }
+
+        pub(super) fn as_slice(&self) -> &[T] {
+            // SAFETY: the first `len` values are initialized, aligned and owned by `self`;
+            // the shared borrow of `self` keeps them from being changed or freed meanwhile.
+            unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        }
+
+        pub(super) fn as_mut_slice(&mut self) -> &mut [T] {
+            // SAFETY: as in `as_slice`, and the exclusive borrow of `self` makes this the
+            // only reference to them.
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        }
+    }
+
+    impl<T> Drop for Mapping<T> {
+        fn drop(&mut self) {
+            // SAFETY: the first `len` values are initialized and owned by `self`, and nothing
+            // refers to them any more (`&mut self`); each is dropped once.
+            unsafe {
+                std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                    self.ptr.as_ptr(),
+                    self.len,
+                ));
+            }
+            // SAFETY: `ptr` and `bytes` are exactly the mapping this value made, which nothing
+            // uses after this.
+            let unmapped = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+            debug_assert_eq!(unmapped, 0, "munmap failed");
+        }
+    }
+}
+
+/// Asks the processor to bring the memory `value` starts at into its caches, if the target
+/// can be asked (x86-64); nothing otherwise. Never reads `value` itself.
+#[inline]
+pub(crate) fn prefetch<T: ?Sized>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let address = (value as *const T).cast::<i8>();
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86-64 processor has. It is a hint:
+        // it reads nothing the program can observe, never faults (even on an invalid
+        // address, and this one is a live reference's), and changes no memory.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -424,6 +922,145 @@ mod tests {
             chunks.chunks[(taken[5] >> 2) as usize].generation,
             9,
             "the highest generation of a cleared chunk is kept"
+        );
+    }
+}
+
+#[cfg(test)]
+mod slots_tests {
+    use super::*;
+
+    fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
+        slots
+            .insert(crate::task::timer_task(0, || {}), expiration_ms, |_| {
+                Loc::UNLISTED
+            })
+            .ok()
+            .unwrap()
+    }
+
+    #[test]
+    fn slots_are_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
+
+    #[test]
+    fn stale_keys_never_reach_a_new_occupant() {
+        let mut slots = Slots::new();
+        let keep = insert(&mut slots, 1);
+        let old = insert(&mut slots, 1);
+        drop(slots.take(old));
+        let new = insert(&mut slots, 1);
+        assert_eq!(new.index, old.index, "the slot is reused");
+        assert_ne!(new.generation, old.generation);
+        assert!(!slots.is_live(old) && slots.is_live(new) && slots.is_live(keep));
+        assert_eq!(slots.len(), 2);
+    }
+
+    #[test]
+    fn a_remapped_chunk_number_never_repeats_a_generation() {
+        let mut slots = Slots::new();
+        let per_chunk = 1usize << CHUNK_SHIFT;
+        let first: Vec<EntryKey> = (0..2 * per_chunk)
+            .map(|i| insert(&mut slots, i as i64))
+            .collect();
+        for key in &first {
+            drop(slots.take(*key));
+        }
+        let mut released = Vec::new();
+        slots.chunks().take_released(&mut released);
+        assert_eq!(
+            released.len(),
+            1,
+            "one chunk unmapped, one kept as the spare"
+        );
+        let again: Vec<EntryKey> = (0..2 * per_chunk)
+            .map(|i| insert(&mut slots, i as i64))
+            .collect();
+        assert!(first.iter().all(|key| !slots.is_live(*key)));
+        assert!(again.iter().all(|key| slots.is_live(*key)));
+    }
+}
+
+#[cfg(test)]
+mod region_tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its drops.
+    struct Counted(Arc<AtomicUsize>, u64);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_region_holds_initialized_values_and_drops_each_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut region = Region::new(10_000, |i| Counted(Arc::clone(&drops), i as u64));
+        assert_eq!(region.len(), 10_000);
+        assert!(region.iter().enumerate().all(|(i, c)| c.1 == i as u64));
+        region[7].1 = 70;
+        assert_eq!(region[7].1, 70);
+        assert_eq!(region.bytes(), 10_000 * std::mem::size_of::<Counted>());
+        // Sent to another thread and dropped there.
+        std::thread::spawn(move || drop(region)).join().unwrap();
+        assert_eq!(drops.load(Ordering::SeqCst), 10_000);
+    }
+
+    #[test]
+    fn a_panicking_initializer_drops_what_it_made() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let result = std::panic::catch_unwind(|| {
+            Region::new(100, |i| {
+                assert!(i < 40, "init fails at 40");
+                Counted(Arc::clone(&drops), i as u64)
+            })
+        });
+        assert!(result.is_err());
+        assert_eq!(drops.load(Ordering::SeqCst), 40);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dropping_a_region_gives_its_pages_back() {
+        fn rss_bytes() -> usize {
+            let statm = std::fs::read_to_string("/proc/self/statm").expect("statm");
+            let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+            pages * 4096
+        }
+        let before = rss_bytes();
+        let region = Region::new(16 << 20, |i| i as u8);
+        let held = rss_bytes();
+        drop(region);
+        let after = rss_bytes();
+        // Other tests run in parallel, so only loose bounds: 16 MiB came and went.
+        assert!(held >= before + (12 << 20), "{before} -> {held}");
+        assert!(after + (12 << 20) <= held, "{held} -> {after}");
+    }
+}
+
+#[cfg(test)]
+mod prefetch_tests {
+    use super::*;
+
+    #[test]
+    fn prefetching_leaves_every_value_as_it_was() {
+        // Sized and unsized values, on the heap and on the stack, a zero-sized one whose
+        // address is dangling: none is changed or read wrongly afterwards.
+        let boxed: Box<dyn Fn() -> u64> = Box::new(|| 7);
+        let slice: &[u32] = &[1, 2, 3];
+        let zero_sized: Box<()> = Box::new(());
+        let on_stack = 42u8;
+        prefetch(&*boxed);
+        prefetch(slice);
+        prefetch(&*zero_sized);
+        prefetch(&on_stack);
+        assert_eq!(
+            (boxed(), slice, *zero_sized, on_stack),
+            (7, &[1, 2, 3][..], (), 42)
         );
     }
 }

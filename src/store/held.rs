@@ -9,8 +9,8 @@
 //!
 //! Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
 
-use super::chains::Loc;
-use super::slots::Slots;
+use super::chunks::Loc;
+use super::chunks::Slots;
 
 /// A held entry: its slot, and its place in the order.
 #[derive(Clone, Copy)]

@@ -26,9 +26,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::store::{Count, Shard};
+use crate::executor::HeldTasks;
+use crate::store::shard::{Count, Shard};
 use crate::task::Expired;
-use crate::threads::executor::HeldTasks;
 
 /// The held tasks of one timer, across its shards.
 #[derive(Debug)]

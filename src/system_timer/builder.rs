@@ -8,15 +8,16 @@ use std::time::Duration;
 use super::SystemTimer;
 use super::backlog::Backlog;
 use super::flush::{Chunking, Flusher};
+use crate::delay_queue::DelayQueue;
+use crate::executor::{Executor, ExecutorKind, HeldTasks};
 use crate::lateness::LatenessHistogram;
 use crate::metrics::TimerMetrics;
-use crate::store::StripedRwLock;
-use crate::threads::delay_queue::DelayQueue;
-use crate::threads::executor::{Executor, ExecutorKind, HeldTasks};
+use crate::store::shard::StripedRwLock;
 use crate::time::{Time, TimerClock};
 #[cfg(doc)]
 use crate::timer::{AddError, Timer};
-use crate::wheel::{Geometry, TimerTaskList, TimingWheel};
+use crate::timer_task_list::TimerTaskList;
+use crate::timing_wheel::{Geometry, TimingWheel};
 
 /// Configures a [`SystemTimer`]; made by [`SystemTimer::builder`].
 ///

@@ -27,6 +27,13 @@
 //! stretch kept the executor it had just woken waiting behind it, while tasks came due.
 //! The pause lets whatever waits for the driver's processor run, and the flush still ends
 //! well within its slack (`docs/performance.md`, "Pausing between flush budgets").
+//!
+//! # Where due entries go
+//!
+//! Where the entries that come due under a shard's lock go (Kafka's `addTimerTaskEntry`
+//! and the hand-over of its executor): out of the store into a batch for the executor, or,
+//! on a timer with `max_in_flight`, into the shard's backlog (see `backlog`). `add`,
+//! `reschedule` and the flush all end here.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::BinaryHeap;
@@ -35,9 +42,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::SystemTimer;
-use super::expiring::{Expiring, add_timer_task_entry};
-use crate::threads::delay_queue::Due;
-use crate::wheel::TimerTaskList;
+use crate::delay_queue::Due;
+use crate::executor::Executor;
+use crate::store::shard::{Count, Entry, ReadGuard, ShardState};
+use crate::task::Expired;
+use crate::timer_task_list::TimerTaskList;
+use crate::timing_wheel::TimingWheel;
 
 /// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
 /// waits for at most one chunk (at most one executor batch expires per chunk). 64 keeps the
@@ -250,11 +260,10 @@ impl SystemTimer {
                 return None;
             }
             let timing_wheel = read.value();
-            count += flush
-                .list
-                .flush(read.shard(), chunk - count, |shard, entry| {
-                    add_timer_task_entry(timing_wheel, shard, entry, &mut expiring);
-                });
+            let id = flush.list.id();
+            count += read.shard().flush(id, chunk - count, |shard, entry| {
+                add_timer_task_entry(timing_wheel, shard, entry, &mut expiring);
+            });
             expiring.finish(&self.executor, read);
             if count == chunk {
                 return Some((count, false));
@@ -262,6 +271,92 @@ impl SystemTimer {
             flush.stripe += 1;
         }
         Some((count, true))
+    }
+}
+
+/// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
+/// says it is expired, hands it to `expiring`.
+#[inline]
+pub(super) fn add_timer_task_entry(
+    wheel: &TimingWheel,
+    shard: &mut ShardState,
+    entry: Entry,
+    expiring: &mut Expiring,
+) {
+    if !wheel.add(entry.expiration_ms, |id| shard.link(id, entry.index)) {
+        expiring.expire(shard, entry);
+    }
+}
+
+/// Where the entries that come due under a shard's lock go: out of the store into a batch
+/// for the executor, or, on a timer with `max_in_flight`, into the shard's backlog, where
+/// they stay pending until a refill hands them over (see `backlog`).
+///
+/// Its methods are `#[inline]`: `add`, `reschedule` and the flush live in other codegen
+/// units, and without it `reschedule` took 12 more instructions (`benches/instructions.sh`).
+pub(super) struct Expiring {
+    batch: Vec<Expired>,
+    /// True on a timer with `max_in_flight`.
+    hold: bool,
+    held: usize,
+}
+
+impl Expiring {
+    /// For a few entries at most: a batch buffer is allocated only if one expires.
+    #[inline]
+    pub(super) fn unbatched(executor: &Executor) -> Expiring {
+        Expiring {
+            batch: Vec::new(),
+            hold: executor.is_bounded(),
+            held: 0,
+        }
+    }
+
+    /// For a flush chunk: a batch buffer taken before the shard is locked (a new one is an
+    /// allocation, which with glibc may consolidate an arena; see `threads::delay_queue`).
+    pub(super) fn batched(executor: &Executor) -> Expiring {
+        let hold = executor.is_bounded();
+        Expiring {
+            batch: if hold { Vec::new() } else { executor.batch() },
+            hold,
+            held: 0,
+        }
+    }
+
+    /// Takes the due `entry` of `shard`, unlisted, out of the store into the batch, or holds
+    /// it in the backlog.
+    #[inline]
+    pub(super) fn expire(&mut self, shard: &mut ShardState, entry: Entry) {
+        if self.hold {
+            shard.hold(entry.index);
+            self.held += 1;
+        } else {
+            self.batch.push(Expired {
+                task: shard.remove(entry.index),
+                expiration_ms: entry.expiration_ms,
+            });
+        }
+    }
+
+    /// True if an entry came due.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.batch.is_empty() && self.held == 0
+    }
+
+    /// Hands the batch to the executor and unlocks `read`, the shard the entries came from:
+    /// counted expired and in flight under the lock that took them out of the store, so that
+    /// `size()` no longer counts them and a `close` waits for them; sent once the lock is
+    /// released (see `Executor::hand_over`). Then, if entries were held, asks for a refill.
+    #[inline]
+    pub(super) fn finish<T>(self, executor: &Executor, read: ReadGuard<'_, T>) {
+        read.count(Count::Expired, self.batch.len() as u64);
+        let handover = executor.hand_over(self.batch);
+        drop(read);
+        handover.send();
+        if self.held > 0 {
+            executor.refill();
+        }
     }
 }
 
@@ -273,9 +368,9 @@ impl SystemTimer {
 mod tests {
     use super::super::SystemTimer;
     use crate::mock::MockTime;
-    use crate::store::TimerTaskEntry;
     use crate::task::{TimerTask, timer_task};
     use crate::timer::Timer;
+    use crate::timer_task_entry::TimerTaskEntry;
     use proptest::prelude::*;
     use std::sync::Arc;
     use std::sync::atomic::Ordering;

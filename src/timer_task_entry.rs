@@ -27,9 +27,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::pool::{SHARD_ID_BITS, shard_by_id};
-use super::shard::{Count, Shard, ShardState};
-use super::slots::EntryKey;
+use crate::store::chunks::EntryKey;
+use crate::store::shard::{Count, SHARD_ID_BITS, Shard, ShardState, shard_by_id};
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;
@@ -399,7 +398,7 @@ impl fmt::Debug for TimerTaskEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Shards;
+    use crate::store::shard::Shards;
     use crate::task::timer_task;
 
     /// Expirations at and around every edge of what a handle's word holds.

@@ -80,7 +80,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::lateness::{Lateness, LatenessHistogram, RunningLate, late_us};
-use crate::prefetch::prefetch;
+use crate::store::chunks::prefetch;
 use crate::task::{Expired, TimerTask};
 use crate::time::TimerClock;
 

@@ -43,18 +43,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
 use crate::system_timer::SystemTimer;
-use crate::threads::reaper::ReaperThread;
+use crate::system_timer_reaper::ReaperThread;
 use crate::timer::{AddError, Timer};
 
+use crate::delayed_operation::{Delayed, DelayedOperation, ExpiredCount, Expiry};
+use watch::WatchLists;
+
 mod builder;
-mod operation;
 mod watch;
 
 pub use builder::DelayedOperationPurgatoryBuilder;
-pub use operation::{Delayed, DelayedOperation};
-
-use operation::{ExpiredCount, Expiry};
-use watch::WatchLists;
 
 /// Kafka's `DelayedOperationPurgatory`: keeps operations that wait for a condition or a
 /// timeout, whichever comes first, watched under one or more keys.
@@ -378,7 +376,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<&str, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))
@@ -404,7 +402,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
@@ -437,7 +435,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(MockTimer::new())
@@ -464,7 +462,7 @@ where
     ///
     /// ```
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::new("Produce", 0);
     /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[7]);
@@ -582,7 +580,7 @@ where
     ///
     /// ```
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::new("Produce", 0);
     /// purgatory.shutdown(); // returns at once, not after the reaper's 200 ms poll

@@ -1,3 +1,22 @@
+//! A list of entries that come due together (Kafka's `TimerTaskList`): one bucket of a
+//! wheel, or, above the lowest level, one half of a bucket (see the `wheel` module).
+//!
+//! Kafka's list holds its entries. Here a [`TimerTaskList`] is the list's identity and its
+//! expiration; its entries are stored per shard, as chains of slot indices in each shard
+//! (see `store::chains`), and [`TimerTaskList::flush`] takes them out of one shard a chunk
+//! at a time.
+//!
+//! # Ground rules
+//!
+//! The lock order is in `crate::lock_order`. Here:
+//!
+//! - `expiration_ms` is atomic. Adds set it under a read lock (the stripe they add to); a
+//!   flush resets it under the write lock, just before it detaches every shard's part. An
+//!   add that comes later sees the reset, sets the expiration again and queues the list
+//!   again, so an entry added after the detach is never left in a list nobody will flush.
+//!
+//! # The entries: chains of slot indices per shard
+//!
 //! The entries of each list, one shard's part of it: slot indices in chains of blocks.
 //!
 //! Kafka's bucket is a doubly linked list of entry objects. Here a list's part in a shard
@@ -28,8 +47,98 @@
 //!   never moves what is stored: no chain ever reallocates, on any thread.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::chunks::{Chunks, Item, NIL};
+use crate::store::chunks::{Chunks, Item, Loc, NIL};
+
+/// A list's expiration when it holds no expiration: never set, or flushed since.
+pub(crate) const NO_EXPIRATION: i64 = i64::MIN;
+
+/// One list of a bucket: the entries that are due to be flushed at the same time.
+pub(crate) struct TimerTaskList {
+    id: u32,
+    /// How long after the list is due its earliest entry can expire: the lead a flush has
+    /// before lateness starts (0 at the lowest level).
+    slack_ms: i64,
+    expiration_ms: AtomicI64,
+}
+
+impl TimerTaskList {
+    /// Creates an empty list whose parts are at index `id` in every shard.
+    pub(crate) fn new(id: u32, slack_ms: i64) -> TimerTaskList {
+        TimerTaskList {
+            id,
+            slack_ms,
+            expiration_ms: AtomicI64::new(NO_EXPIRATION),
+        }
+    }
+
+    /// Returns the index of this list's part in each shard.
+    #[inline]
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Returns how long after the list is due its earliest entry can expire.
+    pub(crate) fn slack_ms(&self) -> i64 {
+        self.slack_ms
+    }
+
+    /// Returns the earliest expiration the list's entries can have when it is due at
+    /// `due_ms`.
+    pub(crate) fn earliest_expiration_ms(&self, due_ms: i64) -> i64 {
+        due_ms.saturating_add(self.slack_ms)
+    }
+
+    /// Sets the list's expiration, unless it already has an earlier one. Returns true if it
+    /// changed (then the caller offers the list to the delay queue).
+    ///
+    /// Kafka swaps unconditionally. The two differ only when one list holds entries of two
+    /// rounds, which Kafka's wheels never do but this port's top level (and a wheel of one
+    /// bucket) can: keeping the earlier expiration flushes the list early enough for all
+    /// its entries (the later ones are re-added), and does not queue it again for every add
+    /// that alternates between the rounds.
+    #[inline]
+    pub(crate) fn set_expiration(&self, expiration_ms: i64) -> bool {
+        // Reading first keeps the common case (same list, same due time) free of writes to a
+        // cache line that every adding thread reads.
+        let mut current = self.expiration_ms.load(Ordering::Relaxed);
+        loop {
+            if current != NO_EXPIRATION && current <= expiration_ms {
+                return false;
+            }
+            match self.expiration_ms.compare_exchange_weak(
+                current,
+                expiration_ms,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Returns the list's expiration, or [`NO_EXPIRATION`].
+    pub(crate) fn expiration_ms(&self) -> i64 {
+        self.expiration_ms.load(Ordering::Relaxed)
+    }
+
+    /// Forgets the list's expiration, as a flush does before it detaches the entries.
+    pub(crate) fn reset_expiration(&self) {
+        self.expiration_ms.store(NO_EXPIRATION, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for TimerTaskList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimerTaskList")
+            .field("id", &self.id)
+            .field("slack_ms", &self.slack_ms)
+            .field("expiration_ms", &self.expiration_ms())
+            .finish()
+    }
+}
 
 /// Words of a block: a header, then entries.
 const BLOCK_WORDS: usize = 256;
@@ -68,74 +177,6 @@ impl Item for Block {
     fn vacate(&mut self, next: u32) -> bool {
         self.0[NEXT] = next;
         true
-    }
-}
-
-/// Where an entry is listed: its block and its offset there, packed as `block << 8 |
-/// offset`; [`Loc::UNLISTED`] for an entry in no list; [`Loc::held`] for one in its
-/// shard's backlog.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Loc(u32);
-
-/// The offset no block has that marks a held entry: its block bits are its place in the
-/// backlog (below 2^24: a shard's slots).
-const HELD: u32 = 0xFE;
-
-impl Loc {
-    /// In no list: just taken out of one by a flush, or in a timer without lists.
-    pub(crate) const UNLISTED: Loc = Loc(u32::MAX);
-
-    /// Held, at place `at` of the shard's backlog (see `held`).
-    #[inline]
-    pub(crate) fn held(at: usize) -> Loc {
-        debug_assert!(at < MAX_BLOCKS);
-        Loc((at as u32) << 8 | HELD)
-    }
-
-    /// The place in the backlog of a held entry; `None` for any other.
-    #[inline]
-    pub(crate) fn held_at(self) -> Option<usize> {
-        (self.0 & 0xFF == HELD).then_some((self.0 >> 8) as usize)
-    }
-
-    #[inline]
-    fn new(block: u32, offset: usize) -> Loc {
-        debug_assert!((block as usize) < MAX_BLOCKS && offset < BLOCK_ENTRIES);
-        Loc((block << 8) | offset as u32)
-    }
-
-    #[inline]
-    fn block(self) -> u32 {
-        self.0 >> 8
-    }
-
-    #[inline]
-    fn offset(self) -> usize {
-        (self.0 & 0xFF) as usize
-    }
-
-    /// The packed form, as a slot stores it.
-    #[inline]
-    pub(crate) fn into_raw(self) -> u32 {
-        self.0
-    }
-
-    /// A `Loc` from its packed form.
-    #[inline]
-    pub(crate) fn from_raw(raw: u32) -> Loc {
-        Loc(raw)
-    }
-}
-
-impl fmt::Debug for Loc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if *self == Loc::UNLISTED {
-            f.write_str("Loc::UNLISTED")
-        } else if let Some(at) = self.held_at() {
-            write!(f, "Loc::held({at})")
-        } else {
-            write!(f, "Loc(block {}, offset {})", self.block(), self.offset())
-        }
     }
 }
 
@@ -404,7 +445,7 @@ impl Chains {
 
     /// Empties every list and moves every block chunk into `out`, for the caller to unmap
     /// with no lock held.
-    pub(crate) fn clear(&mut self, out: &mut Vec<super::region::Region<Block>>) {
+    pub(crate) fn clear(&mut self, out: &mut Vec<crate::store::chunks::Region<Block>>) {
         self.parts.clear();
         self.spare = NIL;
         self.blocks.clear(out);
@@ -438,6 +479,31 @@ impl Chains {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn set_expiration_keeps_the_earliest_and_reports_changes() {
+        let list = TimerTaskList::new(0, 0);
+        assert_eq!(list.expiration_ms(), NO_EXPIRATION);
+        assert!(list.set_expiration(10));
+        assert!(!list.set_expiration(10));
+        assert!(
+            !list.set_expiration(13),
+            "a later round waits for the earlier flush"
+        );
+        assert_eq!(list.expiration_ms(), 10);
+        assert!(list.set_expiration(7));
+        assert_eq!(list.expiration_ms(), 7);
+        list.reset_expiration();
+        assert!(
+            list.set_expiration(13),
+            "after a flush any expiration is new"
+        );
+    }
+}
+
+#[cfg(test)]
+mod chains_tests {
     use super::*;
     use std::collections::HashMap;
 

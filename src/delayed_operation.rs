@@ -50,8 +50,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
 use crate::lateness::{LatenessHistogram, running_late_us};
-use crate::store::TimerTaskEntry;
 use crate::task::TimerTask;
+use crate::timer_task_entry::TimerTaskEntry;
 
 /// Kafka's `DelayedOperation`, the user's side: implement it for your operation.
 ///

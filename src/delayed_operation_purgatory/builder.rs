@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::Duration;
 
-use super::operation::{DelayedOperation, ExpiredCount};
 use super::watch::WatchLists;
 use super::{DelayedOperationPurgatory, Inner};
+use crate::delayed_operation::{DelayedOperation, ExpiredCount};
 use crate::metrics::PurgatoryMetrics;
 use crate::system_timer::SystemTimer;
-use crate::threads::reaper::ReaperThread;
+use crate::system_timer_reaper::ReaperThread;
 use crate::timer::Timer;
 
 /// How long one poll of the expiration reaper waits (Kafka's `advanceClock(200L)`).
@@ -62,7 +62,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     ///
     /// let purgatory = DelayedOperationPurgatory::<u64, Op>::builder("Heartbeat")
@@ -96,7 +96,7 @@ where
 /// ```
 /// use std::sync::Arc;
 /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-/// # include!("doc_op.rs");
+/// # include!("../doc_op.rs");
 /// # fn main() {
 ///
 /// let timer = Arc::new(MockTimer::new());
@@ -136,7 +136,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, Timer, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
@@ -159,7 +159,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
     ///     .timer(Arc::new(MockTimer::new()))
@@ -182,7 +182,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))
@@ -210,7 +210,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let timer = Arc::new(MockTimer::new());
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
@@ -263,7 +263,7 @@ where
     ///
     /// ```
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u8, Op>::builder("p")
     ///     .reaper_poll_ms(60_000)
@@ -294,7 +294,7 @@ where
     /// ```
     /// use std::sync::Arc;
     /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
-    /// # include!("doc_op.rs");
+    /// # include!("../doc_op.rs");
     /// # fn main() {
     /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
     ///     .timer(Arc::new(MockTimer::new()))

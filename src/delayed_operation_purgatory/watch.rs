@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use super::operation::{Delayed, DelayedOperation};
+use crate::delayed_operation::{Delayed, DelayedOperation};
 
 /// Watch-list shards (Kafka's `SHARDS`): `1 << SHARD_BITS`.
 const SHARDS: usize = 1 << SHARD_BITS;
