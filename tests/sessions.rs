@@ -8,7 +8,9 @@ mod common;
 #[path = "../examples/sessions/main.rs"]
 mod sessions;
 
-use sessions::{Command, Config, Report, parse_args, run};
+use sessions::cli::{Command, Config, parse_args};
+use sessions::report::Report;
+use sessions::run;
 
 use common::args;
 
@@ -27,27 +29,24 @@ fn small(members: u32, stop_ratio: f64) -> Config {
 
 /// Checks what every run must satisfy, whatever its parameters.
 fn assert_sessions_kept(report: &Report, config: &Config) {
-    let summary = report.summary(config);
-    assert!(report.invariant_holds(), "invariant failed:\n{summary}");
+    let table = report.table(config);
+    let holds = table.holds();
+    let summary = table.render();
+    assert!(holds, "invariant failed:\n{summary}");
     assert!(summary.contains("result: OK"), "{summary}");
-    assert_eq!(report.members, u64::from(config.members));
-    assert_eq!(report.expired_once, report.stopped, "{summary}");
-    assert_eq!(
-        (
-            report.expired_twice,
-            report.never_expired,
-            report.live_expired
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!(report.members.items, u64::from(config.members));
+    assert_eq!(report.members.settled, [report.stopped, 0], "{summary}");
+    assert_eq!(report.members.twice, 0);
+    assert_eq!(report.members.never, report.live());
     assert_eq!(report.handled_by_worker.len(), config.workers);
     assert_eq!(report.handled_by_worker.iter().sum::<u64>(), report.stopped);
-    assert_eq!(report.lateness.count as u64, report.stopped);
+    let lateness = report.lateness();
+    assert_eq!(lateness.count as u64, report.stopped);
     assert_eq!(report.len_at_end as u64, report.live(), "{summary}");
     assert_eq!(report.size_at_end as u64, report.live(), "{summary}");
     // Joins, then a heartbeat every 100 ms until 1.325 s: 13 or 14 per live member.
     assert!(report.beats.beats >= report.live() * 13, "{summary}");
-    if report.lateness.count > 0 {
+    if lateness.count > 0 {
         // With a 1 ms tick never before the deadline; with a coarser one, up to a tick.
         let earliest_us = if config.tick_ms == 1 {
             0
@@ -55,11 +54,11 @@ fn assert_sessions_kept(report: &Report, config: &Config) {
             -config.tick_ms * 1_000
         };
         assert!(
-            report.lateness.min_us >= earliest_us,
+            lateness.min_us >= earliest_us,
             "an expiry came early: {summary}"
         );
         assert!(
-            report.lateness.max_us < 2_000_000,
+            lateness.max_us < 2_000_000,
             "an expiry came 2 s late: {summary}"
         );
     }
@@ -114,33 +113,33 @@ fn a_coarse_multi_level_wheel_keeps_the_sessions() {
 fn the_invariant_check_can_fail() {
     let config = small(1_000, 0.1);
     let good = run(&config);
-    assert!(good.invariant_holds());
+    assert!(good.table(&config).holds());
 
     let mut bad = good.clone();
-    bad.expired_twice = 1;
-    assert!(!bad.invariant_holds());
-    assert!(bad.summary(&config).contains("result: FAILED"));
+    bad.members.twice = 1;
+    assert!(!bad.table(&config).holds());
+    assert!(bad.table(&config).render().contains("result: FAILED"));
 
     let mut bad = good.clone();
-    bad.never_expired = 1;
-    bad.expired_once -= 1;
-    assert!(!bad.invariant_holds());
+    bad.members.never += 1;
+    bad.members.settled[0] -= 1;
+    assert!(!bad.table(&config).holds());
 
     let mut bad = good.clone();
-    bad.live_expired = 1;
-    assert!(!bad.invariant_holds());
+    bad.members.settled[1] = 1;
+    assert!(!bad.table(&config).holds());
 
     let mut bad = good.clone();
-    bad.lateness.min_us = -1;
-    assert!(!bad.invariant_holds(), "an early expiry (tick 1 ms)");
+    bad.members.figures[0].min_us = -1;
+    assert!(!bad.table(&config).holds(), "an early expiry (tick 1 ms)");
 
     let mut bad = good.clone();
     bad.size_at_end += 1;
-    assert!(!bad.invariant_holds(), "a timeout left behind");
+    assert!(!bad.table(&config).holds(), "a timeout left behind");
 
     let mut bad = good;
     bad.len_at_end -= 1;
-    assert!(!bad.invariant_holds(), "a live member forgotten");
+    assert!(!bad.table(&config).holds(), "a live member forgotten");
 }
 
 #[test]
@@ -177,7 +176,11 @@ fn the_command_line_has_defaults_and_sets_every_field() {
     );
     assert_eq!(parse_args(args("--members 5 --help")), Ok(Command::Help));
     assert_eq!(parse_args(args("-h")), Ok(Command::Help));
-    assert!(sessions::USAGE.contains("--session-timeout-ms"));
+    let usage = sessions::common::usage::<Config>("sessions");
+    assert!(
+        usage.contains("--session-timeout-ms MS  session timeout"),
+        "{usage}"
+    );
 }
 
 #[test]
@@ -209,7 +212,8 @@ fn the_defaults_keep_a_million_sessions_in_under_a_minute() {
         ..Config::default()
     };
     let report = run(&config);
-    assert!(report.invariant_holds(), "{}", report.summary(&config));
+    let table = report.table(&config);
+    assert!(table.holds(), "{}", table.render());
     assert!(
         report.elapsed < std::time::Duration::from_secs(60),
         "{:?}",

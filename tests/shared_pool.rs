@@ -6,13 +6,14 @@
 #[path = "../examples/shared_pool/main.rs"]
 mod shared_pool;
 
-use shared_pool::{Command, Config, parse_args, run};
+use shared_pool::cli::{Command, Config, parse_args};
+use shared_pool::run;
 
 /// A run small enough for a debug build on a shared 2-core machine.
 fn small(max_in_flight: usize) -> Config {
     Config {
         requests: 400,
-        rate_per_s: 1_000,
+        rate: 1_000,
         max_in_flight,
         progress: false,
         ..Config::default()
@@ -24,12 +25,20 @@ fn every_request_is_answered_once_with_and_without_a_bound_on_timeouts() {
     for max_in_flight in [0, 1, 4] {
         let config = small(max_in_flight);
         let report = run(&config);
-        let summary = report.summary(&config);
-        assert!(report.invariant_holds(), "invariant failed:\n{summary}");
+        let table = report.table(&config);
+        let holds = table.holds();
+        let summary = table.render();
+        assert!(holds, "invariant failed:\n{summary}");
         assert!(summary.contains("result: OK"), "{summary}");
-        assert_eq!(report.responded + report.timed_out, 400, "{summary}");
+        let [responded, timed_out] = report.answers.settled;
+        assert_eq!(responded + timed_out, 400, "{summary}");
+        assert_eq!(
+            report.timeouts.settled.iter().sum::<u64>(),
+            400,
+            "{summary}"
+        );
         assert!(
-            report.timed_out > 0,
+            timed_out > 0,
             "no request outlasted its deadline:\n{summary}"
         );
         assert_eq!(
@@ -54,7 +63,7 @@ fn the_command_line_sets_every_field_and_refuses_nonsense() {
         parsed,
         Ok(Command::Run(Config {
             requests: 10,
-            rate_per_s: 20,
+            rate: 20,
             threads: 3,
             deadline_ms: 7,
             work_max_ms: 9,

@@ -177,7 +177,7 @@ fn soak_nothing_lost_doubled_or_early() {
                             }
                         }
                         adds += 1;
-                        if adds.is_multiple_of(ADDS_PER_PAUSE) {
+                        if adds % ADDS_PER_PAUSE == 0 {
                             thread::sleep(Duration::from_millis(1));
                         }
                     }

@@ -1,136 +1,88 @@
-//! What the examples share: their `main`, their command lines and pieces of their reports;
-//! nothing of the timer.
+//! What the examples share: their `main`, their command lines (each example declares its
+//! options in one table, [`options!`]), the books of their invariants (`ledger.rs`) and the
+//! parts of their reports (`report.rs`); nothing of the timer.
 
-use std::fmt::Display;
-use std::io::{IsTerminal, Write as _};
+// Each example uses only part of it.
+#![allow(dead_code)]
+
+mod ledger;
+mod report;
+
 use std::str::FromStr;
 
-/// Nearest-rank percentiles of a set of durations in microseconds, and how many there were.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Percentiles {
-    pub(crate) count: usize,
-    pub(crate) min_us: i64,
-    pub(crate) p50_us: i64,
-    pub(crate) p99_us: i64,
-    pub(crate) max_us: i64,
-}
+pub(crate) use ledger::*;
+pub(crate) use report::*;
 
-impl Percentiles {
-    /// Summarises `samples` (µs, any order); all zero if there are none.
-    pub(crate) fn of(mut samples: Vec<i64>) -> Percentiles {
-        samples.sort_unstable();
-        let (Some(&min_us), Some(&max_us)) = (samples.first(), samples.last()) else {
-            return Percentiles::default();
-        };
-        let rank = |p: usize| samples[(samples.len() * p).div_ceil(100).max(1) - 1];
-        Percentiles {
-            count: samples.len(),
-            min_us,
-            p50_us: rank(50),
-            p99_us: rank(99),
-            max_us,
+/// Declares an example's command line: its `Config`, from one table of a line per option
+/// (its field, type, default, flag, the name of its value and its help; the type parses
+/// from a string, and shows its default in the help with `Debug`), and `parse_args`, which
+/// refuses a `Config` that breaks a rule of `check`, with its message. Every example also
+/// has `--no-progress` (`progress`) and `-h, --help`. The doc comment of `Config` is the
+/// help's text: the paragraph before the options and the one after them. Needs `common` in
+/// scope.
+macro_rules! options {
+    ($(#[doc = $doc:literal])* $config:ident {
+        $($field:ident: $ty:ty = $default:expr, $flag:literal $value:ident, $help:literal;)*
+    }
+    check |$c:ident| [$(($rule:expr, $message:literal),)*]) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub(crate) struct $config {
+            $(#[doc = $help] pub(crate) $field: $ty,)*
+            /// Print a progress line on stderr while running.
+            pub(crate) progress: bool,
         }
-    }
 
-    /// `p50 0.53 ms, p99 1.08 ms, max 4.70 ms (min 0.03 ms)`.
-    pub(crate) fn describe(&self) -> String {
-        let ms = |us: i64| us as f64 / 1e3;
-        format!(
-            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (min {:.2} ms)",
-            ms(self.p50_us),
-            ms(self.p99_us),
-            ms(self.max_us),
-            ms(self.min_us)
-        )
-    }
-}
-
-/// A non-negative integer with thousands separators: `1234567` as `1,234,567`.
-pub(crate) fn group(n: impl Display) -> String {
-    let digits = n.to_string();
-    let groups: Vec<&str> = (digits.as_bytes().rchunks(3).rev())
-        .map(|group| std::str::from_utf8(group).expect("a number's digits are ASCII"))
-        .collect();
-    groups.join(",")
-}
-
-/// The process's peak resident set size in KiB (`VmHWM` in `/proc/self/status`), where
-/// there is one (Linux).
-pub(crate) fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// A size in KiB as `236.1 MiB`, or `n/a` where there is none.
-pub(crate) fn mib(kib: Option<u64>) -> String {
-    kib.map_or_else(
-        || "n/a".to_owned(),
-        |kib| format!("{:.1} MiB", kib as f64 / 1024.0),
-    )
-}
-
-/// A progress line on stderr: rewritten in place on a terminal, one line per update
-/// otherwise.
-pub(crate) struct ProgressLine {
-    terminal: bool,
-}
-
-impl ProgressLine {
-    pub(crate) fn new() -> ProgressLine {
-        ProgressLine {
-            terminal: std::io::stderr().is_terminal(),
+        impl Default for $config {
+            fn default() -> Self {
+                $config { $($field: $default,)* progress: true }
+            }
         }
-    }
 
-    /// Shows `line`.
-    pub(crate) fn show(&self, line: &str) {
-        let mut err = std::io::stderr().lock();
-        let _ = if self.terminal {
-            write!(err, "\r{line}")
-        } else {
-            writeln!(err, "{line}")
-        };
-        let _ = err.flush();
-    }
+        impl common::Options for $config {
+            const HELP: &'static [&'static str] = &[$($doc),*];
 
-    /// Ends the line rewritten in place, so that what follows starts on a line of its own.
-    pub(crate) fn finish(&self) {
-        if self.terminal {
-            let _ = writeln!(std::io::stderr());
+            fn options(&self) -> Vec<(&'static str, &'static str, String)> {
+                vec![$((concat!($flag, " ", stringify!($value)), $help, format!("{:?}", self.$field))),*]
+            }
+
+            fn set(&mut self, flag: &str, value: &mut dyn FnMut() -> Option<String>)
+                -> Result<(), String> {
+                match flag {
+                    "--no-progress" => self.progress = false,
+                    $($flag => self.$field = common::value_of(flag, value())?,)*
+                    _ => return Err(format!("unknown argument {flag:?}")),
+                }
+                Ok(())
+            }
         }
-    }
+
+        pub(crate) use common::Command;
+
+        /// Parses the command line (without the program name).
+        pub(crate) fn parse_args(args: impl IntoIterator<Item = String>)
+            -> Result<Command<$config>, String> {
+            common::parse(args, |$c: &$config| vec![$(($rule, $message)),*])
+        }
+    };
+}
+pub(crate) use options;
+
+/// An example's `Config`, as [`options!`] declares it.
+pub(crate) trait Options: Default {
+    /// The help's text, a line each: the doc comment of `Config`.
+    const HELP: &'static [&'static str];
+    /// Each option's flag with the name of its value, its help, and its value here.
+    fn options(&self) -> Vec<(&'static str, &'static str, String)>;
+    /// Sets the option `flag`, calling `value` for its value; an error for an unknown flag.
+    fn set(&mut self, flag: &str, value: &mut dyn FnMut() -> Option<String>) -> Result<(), String>;
 }
 
 /// Parses the value `raw` given to `flag`.
-pub(crate) fn flag_value<T: FromStr>(flag: &str, raw: Option<String>) -> Result<T, String> {
+pub(crate) fn value_of<T: FromStr>(flag: &str, raw: Option<String>) -> Result<T, String> {
     let raw = raw.ok_or_else(|| format!("{flag} needs a value"))?;
     raw.parse()
         .map_err(|_| format!("{flag}: cannot parse {raw:?}"))
-}
-
-/// Walks a command line (without the program name) of `--flag value` and `--flag=value`
-/// arguments, handing each flag to `on_flag` with a function that takes its value. Returns
-/// `Ok(false)` as soon as `-h` or `--help` comes, else `Ok(true)` at the end, or the first
-/// error of `on_flag`.
-pub(crate) fn parse_flags(
-    args: impl IntoIterator<Item = String>,
-    mut on_flag: impl FnMut(&str, &mut dyn FnMut() -> Option<String>) -> Result<(), String>,
-) -> Result<bool, String> {
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (flag, mut inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => {
-                (flag.to_owned(), Some(value.to_owned()))
-            }
-            _ => (arg, None),
-        };
-        if flag == "-h" || flag == "--help" {
-            return Ok(false);
-        }
-        on_flag(&flag, &mut || inline.take().or_else(|| args.next()))?;
-    }
-    Ok(true)
 }
 
 /// What a command line asked for: a run with its configuration, or the help.
@@ -140,29 +92,82 @@ pub(crate) enum Command<C> {
     Help,
 }
 
-/// The `main` of every example: parses the command line with `parse`, prints `usage` for
+/// Parses a command line (without the program name) of `--flag value` and `--flag=value`
+/// arguments into a `C`, refused with the message of the first of its `rules` that does not
+/// hold. `-h` or `--help` asks for the help.
+pub(crate) fn parse<C: Options>(
+    args: impl IntoIterator<Item = String>,
+    rules: impl FnOnce(&C) -> Vec<(bool, &str)>,
+) -> Result<Command<C>, String> {
+    let mut config = C::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, mut inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_owned(), Some(value.to_owned()))
+            }
+            _ => (arg, None),
+        };
+        if flag == "-h" || flag == "--help" {
+            return Ok(Command::Help);
+        }
+        config.set(&flag, &mut || inline.take().or_else(|| args.next()))?;
+    }
+    match rules(&config).into_iter().find(|(holds, _)| !holds) {
+        Some((_, message)) => Err(message.to_owned()),
+        None => Ok(Command::Run(config)),
+    }
+}
+
+/// The help of the example `name`: `C`'s text around the table of its options and their
+/// defaults.
+pub(crate) fn usage<C: Options>(name: &str) -> String {
+    let mut rows = C::default().options();
+    rows.push(("--no-progress", "no progress line on stderr", String::new()));
+    rows.push(("-h, --help", "print this help", String::new()));
+    let flags = rows.iter().map(|row| row.0.len()).max().unwrap_or(0);
+    let helps = rows.iter().map(|row| row.1.len()).max().unwrap_or(0);
+    let text: Vec<&str> = C::HELP.iter().map(|line| line.trim_start()).collect();
+    let (about, after) =
+        text.split_at(text.iter().position(|l| l.is_empty()).unwrap_or(text.len()));
+    let mut out = format!(
+        "{}\n\nUsage: {name} [OPTIONS]\n\nOptions:\n",
+        about.join("\n")
+    );
+    for (flag, help, default) in rows {
+        let default = match default.as_str() {
+            "" | "\"\"" => String::new(), // none, or an empty path: no default
+            shown => format!("[{shown}]"),
+        };
+        let row = format!("  {flag:<flags$}  {help:<helps$}  {default}");
+        out += row.trim_end();
+        out += "\n";
+    }
+    out + &after.join("\n")
+}
+
+/// The `main` of every example: parses the command line with `parse`, prints the help for
 /// `--help` (exit code 0) or after a bad command line (2), else runs the simulation with
-/// `run`, prints the report it returns, and exits with 1 if its invariant (the returned
-/// flag) failed.
-pub(crate) fn example_main<C>(
+/// `run`, prints the report it returns, and exits with 1 if its invariant fails.
+pub(crate) fn example_main<C: Options>(
     name: &str,
-    usage: &str,
     parse: impl FnOnce(Vec<String>) -> Result<Command<C>, String>,
-    run: impl FnOnce(&C) -> (String, bool),
+    run: impl FnOnce(&C) -> Table,
 ) {
     let config = match parse(std::env::args().skip(1).collect()) {
         Ok(Command::Run(config)) => config,
         Ok(Command::Help) => {
-            println!("{usage}");
+            println!("{}", usage::<C>(name));
             return;
         }
         Err(message) => {
-            eprintln!("{name}: {message}\n\n{usage}");
+            eprintln!("{name}: {message}\n\n{}", usage::<C>(name));
             std::process::exit(2);
         }
     };
-    let (report, invariant_holds) = run(&config);
-    print!("{report}");
+    let report = run(&config);
+    let invariant_holds = report.holds();
+    print!("{}", report.render());
     if !invariant_holds {
         std::process::exit(1);
     }

@@ -28,7 +28,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cli::Config;
-use report::{Ledger, Report, Snapshot};
+use common::{Ledger, Progress, Rng, group};
+use report::Report;
 use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
 
 /// A produce request waiting for every replica of its partition (Kafka's `DelayedProduce`).
@@ -51,10 +52,11 @@ impl DelayedOperation for DelayedProduce {
     }
     fn on_complete(&self) {
         // Sends the response: acknowledged, or timed out if on_expiration follows.
-        self.ledger.answer(self.id, self.arrived.elapsed());
+        let waited_us = self.arrived.elapsed().as_micros() as i64;
+        self.ledger.settle(self.id, ACKED, waited_us);
     }
     fn on_expiration(&self) {
-        self.ledger.expire(self.id);
+        self.ledger.reclassify(self.id, EXPIRED);
     }
 }
 
@@ -66,6 +68,10 @@ struct TopicPartition {
 }
 
 type ProducePurgatory = DelayedOperationPurgatory<TopicPartition, DelayedProduce>;
+
+/// The ways a request is answered, in its ledger.
+const ACKED: usize = 0;
+const EXPIRED: usize = 1;
 
 const REPLICAS: usize = 3;
 const SLOW_REPLICA: usize = 2;
@@ -110,7 +116,7 @@ pub(crate) fn run(config: &Config) -> Report {
         .collect();
     let partitions: Vec<Arc<Partition>> = (0..config.partitions).map(|_| Arc::default()).collect();
     let ledger = Arc::new(Ledger::new(config.requests));
-    let (sent, checks) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let checks = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let mut producing = Duration::ZERO;
@@ -121,29 +127,28 @@ pub(crate) fn run(config: &Config) -> Report {
             let (stop, checks) = (&stop, &checks);
             s.spawn(move || replicate(replica, config, purgatory, keys, partitions, stop, checks));
         }
-        if config.progress {
-            s.spawn(|| {
-                report::show_progress(&stop, start, || Snapshot {
-                    sent: sent.load(Ordering::SeqCst),
-                    answered: ledger.answered(),
-                    expired: ledger.expirations(),
-                    delayed: purgatory.num_delayed(),
-                    watched: purgatory.watched(),
-                })
-            });
-        }
+        let line = |sent: usize| {
+            let [acked, expired] = ledger.settled();
+            format!(
+                "sent {:>9}  answered {:>9} (expired {:>7})  waiting {:>7}  watched {:>7}",
+                group(sent),
+                group(acked + expired),
+                group(expired),
+                group(purgatory.num_delayed()),
+                group(purgatory.watched())
+            )
+        };
+        let mut progress = Progress::new(config.progress, start);
 
         // The producer, paced to the offered rate.
-        let mut rng = config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rng = Rng::new(config.seed);
         for id in 0..config.requests {
+            progress.tick(|| line(id));
             let due = start + Duration::from_secs_f64(id as f64 / f64::from(config.rate));
             if let Some(ahead) = due.checked_duration_since(Instant::now()) {
                 thread::sleep(ahead);
             }
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let p = (rng % config.partitions as u64) as usize;
+            let p = rng.below(config.partitions as u64) as usize;
             let produce = Delayed::new(DelayedProduce {
                 id,
                 partition: Arc::clone(&partitions[p]),
@@ -153,12 +158,13 @@ pub(crate) fn run(config: &Config) -> Report {
                 ledger: Arc::clone(&ledger),
             });
             purgatory.try_complete_else_watch(&produce, std::slice::from_ref(&keys[p]));
-            sent.fetch_add(1, Ordering::SeqCst);
         }
         producing = start.elapsed();
 
         let patience = Duration::from_millis(config.timeout_ms as u64 + config.slow_fetch_ms);
-        ledger.wait_all_answered(patience + Duration::from_secs(10));
+        let all_answered = || ledger.settled().iter().sum::<u64>() == config.requests as u64;
+        let patience = patience + Duration::from_secs(10);
+        progress.wait(patience, || true, all_answered, || line(config.requests));
         stop.store(true, Ordering::SeqCst);
     });
     let answering = start.elapsed();
@@ -167,14 +173,24 @@ pub(crate) fn run(config: &Config) -> Report {
     for key in &keys {
         purgatory.check_and_complete(key);
     }
-    let mut report = Report::from_ledger(&ledger);
-    report.producing = producing;
-    report.answering = answering;
-    report.check_and_complete_calls = checks.load(Ordering::SeqCst);
-    report.watched_at_end = purgatory.watched();
-    report.delayed_at_end = purgatory.num_delayed();
+    let (watched_at_end, delayed_at_end) = (purgatory.watched(), purgatory.num_delayed());
+    // After the reaper's last expiration: an operation learns it expired after it completed.
     purgatory.shutdown();
-    report
+    let answers = ledger.tally();
+    Report {
+        requests: config.requests,
+        completed_by_acks: answers.settled[ACKED] as usize,
+        expired: answers.settled[EXPIRED] as usize,
+        answered_twice: answers.twice as usize,
+        never_answered: answers.never as usize,
+        acked: answers.figures[ACKED],
+        timed_out: answers.figures[EXPIRED],
+        producing,
+        answering,
+        check_and_complete_calls: checks.load(Ordering::SeqCst),
+        watched_at_end,
+        delayed_at_end,
+    }
 }
 
 /// A replica's fetch loop: fetch every partition, and wake the requests of a partition
@@ -207,8 +223,7 @@ fn replicate(
 }
 
 fn main() {
-    common::example_main("purgatory", cli::USAGE, cli::parse_args, |config| {
-        let report = run(config);
-        (report.summary(config), report.invariant_holds(config))
+    common::example_main("purgatory", cli::parse_args, |config| {
+        run(config).table(config)
     });
 }

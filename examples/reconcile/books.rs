@@ -1,46 +1,38 @@
-//! The shop's books (per-order states and stock counters), the payer's schedule, and the
-//! seeded random numbers of the run.
+//! The shop's books (each order's outcome, the stock counters), and the payer's schedule.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub(crate) const PENDING: u8 = 0;
-pub(crate) const PAID: u8 = 1;
-pub(crate) const EXPIRED: u8 = 2;
+use super::common::Ledger;
+
+/// The ways an order settles, in its ledger.
+pub(crate) const PAID: usize = 0;
+pub(crate) const EXPIRED: usize = 1;
 
 /// The shop's books, shared by the creator, the payer and the expiry checks.
 pub(crate) struct Shop {
-    /// One state per order: `PENDING`, then `PAID` or `EXPIRED`, set once by
-    /// compare-exchange, so a second outcome is caught.
-    pub(crate) state: Vec<AtomicU8>,
+    /// Each order paid or expired, exactly once; an expiry with its lateness in µs.
+    pub(crate) orders: Ledger,
     pub(crate) created: AtomicU64,
-    pub(crate) paid: AtomicU64,
-    pub(crate) expired: AtomicU64,
-    pub(crate) double_outcomes: AtomicU64,
     pub(crate) stock_reserved: AtomicI64,
     pub(crate) stock_reserved_total: AtomicU64,
     pub(crate) stock_sold: AtomicU64,
     pub(crate) stock_returned: AtomicU64,
-    /// Lateness of each expiry, in µs, in the order they ran (the timer has one executor
-    /// thread).
-    pub(crate) lateness_us: Mutex<Vec<i64>>,
+    /// Lateness of the check that ran last, in µs (the timer has one executor thread).
+    pub(crate) last_lateness_us: AtomicI64,
 }
 
 impl Shop {
     pub(crate) fn new(orders: u32) -> Shop {
         Shop {
-            state: (0..orders).map(|_| AtomicU8::new(PENDING)).collect(),
+            orders: Ledger::new(orders as usize),
             created: AtomicU64::new(0),
-            paid: AtomicU64::new(0),
-            expired: AtomicU64::new(0),
-            double_outcomes: AtomicU64::new(0),
             stock_reserved: AtomicI64::new(0),
             stock_reserved_total: AtomicU64::new(0),
             stock_sold: AtomicU64::new(0),
             stock_returned: AtomicU64::new(0),
-            lateness_us: Mutex::new(Vec::new()),
+            last_lateness_us: AtomicI64::new(0),
         }
     }
 
@@ -50,30 +42,15 @@ impl Shop {
             .fetch_add(i64::from(qty), Ordering::Relaxed);
         self.stock_reserved_total
             .fetch_add(u64::from(qty), Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_created(&self) {
         self.created.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Records `outcome` for `order`; false (and a double outcome) if it already had one.
-    fn settle(&self, order: u32, outcome: u8) -> bool {
-        let settled = self.state[order as usize]
-            .compare_exchange(PENDING, outcome, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if !settled {
-            self.double_outcomes.fetch_add(1, Ordering::Relaxed);
-        }
-        settled
     }
 
     /// The order was paid: its reserved stock is sold.
     pub(crate) fn pay(&self, order: u32, qty: u8) {
-        if self.settle(order, PAID) {
+        if self.orders.settle(order as usize, PAID, 0) {
             self.stock_reserved
                 .fetch_sub(i64::from(qty), Ordering::Relaxed);
             self.stock_sold.fetch_add(u64::from(qty), Ordering::Relaxed);
-            self.paid.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -84,19 +61,13 @@ impl Shop {
             Some(late) => late.as_micros() as i64,
             None => -(due.duration_since(now).as_micros() as i64),
         };
-        if self.settle(order, EXPIRED) {
+        if self.orders.settle(order as usize, EXPIRED, late_us) {
             self.stock_reserved
                 .fetch_sub(i64::from(qty), Ordering::Relaxed);
             self.stock_returned
                 .fetch_add(u64::from(qty), Ordering::Relaxed);
-            self.lateness_us.lock().unwrap().push(late_us);
-            self.expired.fetch_add(1, Ordering::Release);
+            self.last_lateness_us.store(late_us, Ordering::Relaxed);
         }
-    }
-
-    /// Orders paid or expired so far.
-    pub(crate) fn settled(&self) -> u64 {
-        self.paid.load(Ordering::Acquire) + self.expired.load(Ordering::Acquire)
     }
 }
 
@@ -151,32 +122,5 @@ pub(crate) fn pay_on_time<T>(
             buckets[at].push(item);
             waiting += 1;
         }
-    }
-}
-
-/// SplitMix64: small, fast, and good enough to spread deadlines.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

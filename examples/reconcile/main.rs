@@ -24,28 +24,26 @@
 #![allow(clippy::print_stdout)]
 
 mod books;
-mod cli;
+pub(crate) mod cli;
 #[path = "../common/mod.rs"]
-mod common;
+pub(crate) mod common;
 pub(crate) mod report;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use timingwheel::{SystemTimer, SystemTimerReaper, Timer, TimerTaskEntry, timer_task};
 
-use books::{Rng, Shop};
-// `Command` is for the test that runs this example small.
-#[allow(unused_imports)]
-pub(crate) use cli::{Command, Config, USAGE, parse_args};
-pub(crate) use report::{CreateStats, PayStats, Progress, Report};
+use books::Shop;
+use cli::Config;
+use common::{Progress, Rng};
+use report::{CreateStats, PayStats, Report};
 
 fn main() {
-    common::example_main("reconcile", USAGE, parse_args, |config| {
-        let report = run(config);
-        (report.summary(config), report.invariant_holds())
+    common::example_main("reconcile", cli::parse_args, |config| {
+        run(config).table(config)
     });
 }
 
@@ -77,7 +75,6 @@ fn create_orders(
             books.expire(order, qty, due)
         }));
         add_time += added_at.elapsed();
-        shop.count_created();
 
         if pays {
             let pay_ms = (added_at - start).as_millis() as u64 + pay_after_ms;
@@ -145,39 +142,24 @@ pub(crate) fn run(config: &Config) -> Report {
 
     let (create, pay) = thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
-        let creating = Arc::new(AtomicBool::new(true));
-        let creator = {
-            let (shop, timer, creating) = (&shop, &timer, Arc::clone(&creating));
-            thread::Builder::new()
-                .name("creator".into())
-                .spawn_scoped(s, move || {
-                    let stats = create_orders(config, shop, timer, start, tx);
-                    creating.store(false, Ordering::Release);
-                    stats
-                })
-                .expect("spawn the creator")
-        };
+        let creator = thread::Builder::new()
+            .name("creator".into())
+            .spawn_scoped(s, || create_orders(config, &shop, &timer, start, tx))
+            .expect("spawn the creator");
         let payer = thread::Builder::new()
             .name("payer".into())
             .spawn_scoped(s, || pay_orders(&shop, start, rx))
             .expect("spawn the payer");
-
-        let mut progress = Progress::new(config.progress);
-        let mut created_at: Option<Instant> = None;
-        loop {
-            thread::sleep(Duration::from_millis(10));
-            progress.tick(&shop, start, false);
-            if created_at.is_none() && !creating.load(Ordering::Acquire) {
-                created_at = Some(Instant::now());
-            }
-            if created_at.is_some_and(|created_at| {
-                (payer.is_finished() && shop.settled() >= u64::from(config.orders))
-                    || created_at.elapsed() > patience
-            }) {
-                break;
-            }
-        }
-        progress.tick(&shop, start, true);
+        let all_settled = || {
+            let [paid, expired] = shop.orders.settled();
+            payer.is_finished() && paid + expired >= u64::from(config.orders)
+        };
+        Progress::new(config.progress, start).wait(
+            patience,
+            || creator.is_finished(),
+            all_settled,
+            || report::progress(&shop),
+        );
         let create = creator.join().expect("the creator panicked");
         let pay = payer.join().expect("the payer panicked");
         (create, pay)
@@ -185,5 +167,16 @@ pub(crate) fn run(config: &Config) -> Report {
 
     let timer_size_at_end = timer.size();
     timer.close();
-    Report::collect(&shop, create, pay, timer_size_at_end, start.elapsed())
+    Report {
+        orders: shop.orders.tally(),
+        stock_reserved_total: shop.stock_reserved_total.load(Ordering::Acquire),
+        stock_sold: shop.stock_sold.load(Ordering::Acquire),
+        stock_returned: shop.stock_returned.load(Ordering::Acquire),
+        stock_reserved_left: shop.stock_reserved.load(Ordering::Acquire),
+        timer_size_at_end,
+        create,
+        pay,
+        last_expiry_lateness_us: shop.last_lateness_us.load(Ordering::Acquire),
+        elapsed: start.elapsed(),
+    }
 }

@@ -1,9 +1,15 @@
 //! The group's books: who stops heartbeating and when, each member's last heartbeat, and
 //! the expiries the workers received.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
-use super::Config;
+use super::cli::Config;
+use super::common::{Ledger, Rng};
+
+/// The ways a member's session expires, in its ledger: it stopped heartbeating, or it is
+/// live (which must never happen).
+pub(crate) const STOPPED: usize = 0;
+pub(crate) const LIVE: usize = 1;
 
 /// A member that stops heartbeating does so after 0 (right after joining) to this many
 /// heartbeats.
@@ -13,18 +19,18 @@ pub(crate) const LAST_BEAT_MAX: u32 = 2;
 pub(crate) struct Group {
     members: u32,
     heartbeat_ms: u32,
-    tick_ms: i64,
     seed: u64,
     /// Members whose hash falls below this stop heartbeating.
     stop_below: u64,
-    /// Per member: expiries handled for it.
-    pub(crate) expiries: Vec<AtomicU8>,
+    /// Each member's expiry: a stopped one's exactly once, with how late it was handled in
+    /// µs (the instant a worker handled it minus the instant of the member's last
+    /// heartbeat plus the session timeout; negative means early, which only a tick above
+    /// 1 ms allows, by up to a tick); a live one's never.
+    pub(crate) expiries: Ledger,
     /// Per member: when its last heartbeat started, in µs since the start of the run.
     pub(crate) last_beat_us: Vec<AtomicU64>,
     /// Heartbeats so far (joins included).
     pub(crate) beats: AtomicU64,
-    /// Expiries handled so far.
-    pub(crate) expired: AtomicU64,
 }
 
 impl Group {
@@ -33,25 +39,18 @@ impl Group {
         Group {
             members: config.members,
             heartbeat_ms: config.heartbeat_ms,
-            tick_ms: config.tick_ms,
             seed: config.seed,
             stop_below,
-            expiries: (0..config.members).map(|_| AtomicU8::new(0)).collect(),
+            expiries: Ledger::new(config.members as usize),
             last_beat_us: (0..config.members).map(|_| AtomicU64::new(0)).collect(),
             beats: AtomicU64::new(0),
-            expired: AtomicU64::new(0),
         }
     }
 
     /// The heartbeat after which `member` stops, if it is one that stops.
     pub(crate) fn stops_after(&self, member: u32) -> Option<u32> {
-        let hash = mix(self.seed ^ u64::from(member).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        (hash < self.stop_below).then(|| (mix(hash) % u64::from(LAST_BEAT_MAX + 1)) as u32)
-    }
-
-    /// The timer's tick.
-    pub(crate) fn tick_ms(&self) -> i64 {
-        self.tick_ms
+        let hash = Rng::nth(self.seed, u64::from(member));
+        (hash < self.stop_below).then(|| (hash % u64::from(LAST_BEAT_MAX + 1)) as u32)
     }
 
     /// Members that stop heartbeating.
@@ -71,17 +70,4 @@ impl Group {
         };
         first(phase)..first(phase + 1)
     }
-
-    /// Records that a worker handled an expiry of `member`.
-    pub(crate) fn expire(&self, member: u32) {
-        self.expiries[member as usize].fetch_add(1, Ordering::AcqRel);
-        self.expired.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// SplitMix64's finalizer: a well-spread hash of `x`.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }

@@ -3,11 +3,11 @@
 //! Every member of a consumer group heartbeats every 3 s; each heartbeat starts the
 //! member's 10 s session timeout again: `sessions.reschedule(&member, ...)` on a
 //! [`KeyedTimer`] moves the timeout scheduled under the member's id (its join scheduled
-//! it with `sessions.schedule`), so that it fires only 10 s after the last heartbeat. 1 % of the members stop heartbeating (after joining, or after one
-//! or two heartbeats); their sessions expire, each exactly once, about a tick after its
-//! deadline. An expiry is a message ([`send_task`] into a `crossbeam-channel`) that one of
-//! 4 worker threads takes and handles, as the coordinator would remove the member and
-//! rebalance the group.
+//! it with `sessions.schedule`), so that it fires only 10 s after the last heartbeat. 1 %
+//! of the members stop heartbeating (after joining, or after one or two heartbeats); their
+//! sessions expire, each exactly once, about a tick after its deadline. An expiry is a
+//! message ([`send_task`] into a `crossbeam-channel`) that one of 4 worker threads takes
+//! and handles, as the coordinator would remove the member and rebalance the group.
 //!
 //! One thread sends the heartbeats on schedule (spread evenly over each interval), a
 //! [`SystemTimerReaper`] drives the timer. A progress line goes to stderr while it runs; at
@@ -27,9 +27,9 @@
 
 #![allow(clippy::print_stdout)]
 
-mod cli;
+pub(crate) mod cli;
 #[path = "../common/mod.rs"]
-mod common;
+pub(crate) mod common;
 mod group;
 pub(crate) mod report;
 
@@ -41,16 +41,14 @@ use std::time::{Duration, Instant};
 use timingwheel::crossbeam_channel::{self, Receiver, Sender};
 use timingwheel::{KeyedTimer, SystemTimer, SystemTimerReaper, Timer, send_task};
 
-// `Command` is for the test that runs this example small.
-#[allow(unused_imports)]
-pub(crate) use cli::{Command, Config, USAGE, parse_args};
-use group::{Group, LAST_BEAT_MAX};
-pub(crate) use report::{BeatStats, Progress, Report, WorkerStats};
+use cli::Config;
+use common::Progress;
+use group::{Group, LAST_BEAT_MAX, LIVE, STOPPED};
+use report::{BeatStats, Report};
 
 fn main() {
-    common::example_main("sessions", USAGE, parse_args, |config| {
-        let report = run(config);
-        (report.summary(config), report.invariant_holds())
+    common::example_main("sessions", cli::parse_args, |config| {
+        run(config).table(config)
     });
 }
 
@@ -111,26 +109,25 @@ fn heartbeat(
     stats
 }
 
-/// A worker: handles expiries until the channel closes. Measures how late each one is:
-/// the instant it handles it, minus (the member's last heartbeat + the session timeout).
-fn handle_expiries(
-    config: &Config,
-    group: &Group,
-    expired: Receiver<u32>,
-    start: Instant,
-) -> WorkerStats {
+/// A worker: handles expiries until the channel closes, and returns how many. Measures how
+/// late each one is: the instant it handles it, minus (the member's last heartbeat + the
+/// session timeout).
+fn handle_expiries(config: &Config, group: &Group, expired: Receiver<u32>, start: Instant) -> u64 {
     let timeout_us = i64::from(config.session_timeout_ms) * 1_000;
-    let mut stats = WorkerStats::default();
+    let mut handled = 0;
     for member in expired.iter() {
         let now_us = start.elapsed().as_micros() as i64;
-        group.expire(member);
-        stats.handled += 1;
-        if group.stops_after(member).is_some() {
-            let last_beat_us = group.last_beat_us[member as usize].load(Ordering::Acquire) as i64;
-            stats.lateness_us.push(now_us - (last_beat_us + timeout_us));
-        }
+        let last_beat_us = group.last_beat_us[member as usize].load(Ordering::Acquire) as i64;
+        let way = if group.stops_after(member).is_some() {
+            STOPPED
+        } else {
+            LIVE
+        };
+        let late_us = now_us - (last_beat_us + timeout_us);
+        group.expiries.settle(member as usize, way, late_us);
+        handled += 1;
     }
-    stats
+    handled
 }
 
 /// Runs the simulation and returns what happened.
@@ -153,7 +150,7 @@ pub(crate) fn run(config: &Config) -> Report {
         (config.session_timeout_ms - config.heartbeat_ms) / 2,
     ));
 
-    let (beats, workers, len_at_end, size_at_end) = thread::scope(|s| {
+    let (beats, handled_by_worker, len_at_end, size_at_end) = thread::scope(|s| {
         let workers: Vec<_> = (0..config.workers)
             .map(|i| {
                 let (group, expired) = (&group, expired.clone());
@@ -173,40 +170,38 @@ pub(crate) fn run(config: &Config) -> Report {
                 .expect("spawn the heartbeat thread")
         };
 
-        let mut progress = Progress::new(config.progress);
-        let mut beats_ended: Option<Instant> = None;
-        loop {
-            thread::sleep(Duration::from_millis(10));
-            progress.tick(&group, stopping, start, false);
-            if beats_ended.is_none() && heartbeater.is_finished() {
-                beats_ended = Some(Instant::now());
-            }
-            if beats_ended.is_some_and(|ended| {
-                group.expired.load(Ordering::Acquire) >= stopping || ended.elapsed() > patience
-            }) {
-                break;
-            }
-        }
-        progress.tick(&group, stopping, start, true);
+        Progress::new(config.progress, start).wait(
+            patience,
+            || heartbeater.is_finished(),
+            || group.expiries.settled()[STOPPED] >= stopping,
+            || report::progress(&group, stopping),
+        );
         let beats = heartbeater.join().expect("the heartbeat thread panicked");
         // What is left: one timeout per live member, and nothing else.
         let ends = (sessions.len(), timer.size());
         // Drops the live members' timeouts unsent, and with them their senders.
         timer.close();
         drop(expired_tx);
-        let workers: Vec<WorkerStats> = workers
+        let workers: Vec<u64> = workers
             .into_iter()
             .map(|w| w.join().expect("a worker panicked"))
             .collect();
         (beats, workers, ends.0, ends.1)
     });
-    Report::collect(
-        &group,
-        stopping,
+    let late_us = group.expiries.figures_us(STOPPED);
+    let within_a_tick = late_us
+        .iter()
+        .filter(|&&us| us <= config.tick_ms * 1_000)
+        .count();
+    Report {
+        members: group.expiries.tally(),
+        stopped: stopping,
         beats,
-        workers,
+        handled_by_worker,
+        tick_ms: config.tick_ms,
+        within_a_tick: within_a_tick as u64,
         len_at_end,
         size_at_end,
-        start.elapsed(),
-    )
+        elapsed: start.elapsed(),
+    }
 }

@@ -28,73 +28,46 @@
 
 #![allow(clippy::print_stdout)]
 
-mod cli;
+pub(crate) mod cli;
 #[path = "../common/mod.rs"]
 mod common;
 pub(crate) mod report;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{ProgressLine, group};
+use cli::Config;
+use common::{Ledger, Progress, Rng, group};
 use threadpool::ThreadPool;
 use timingwheel::{SystemTimer, SystemTimerReaper, Timer, TimerTaskEntry, timer_task};
 
-// `Command` is for the test that runs this example small.
-#[allow(unused_imports)]
-pub(crate) use cli::{Command, Config, USAGE, parse_args};
-pub(crate) use report::Report;
+use report::Report;
 
 fn main() {
-    common::example_main("shared_pool", USAGE, parse_args, |config| {
-        let report = run(config);
-        (report.summary(config), report.invariant_holds())
+    common::example_main("shared_pool", cli::parse_args, |config| {
+        run(config).table(config)
     });
 }
 
-/// How a request was answered.
-pub(crate) const PENDING: u8 = 0;
-pub(crate) const RESPONDED: u8 = 1;
-pub(crate) const TIMED_OUT: u8 = 2;
+/// The ways a request is answered, in its ledger, each with the time from its acceptance.
+pub(crate) const RESPONDED: usize = 0;
+pub(crate) const TIMED_OUT: usize = 1;
+/// The ways a request's timeout ends, in its ledger: it ran (with how late, after the
+/// deadline), or it was cancelled.
+pub(crate) const RAN: usize = 0;
+pub(crate) const CANCELLED: usize = 1;
 
-/// One request's books, written by whichever thread answers it.
-#[derive(Default)]
-pub(crate) struct Request {
-    /// `PENDING` until answered, then how.
-    pub(crate) answer: AtomicU8,
-    /// Times its timeout task ran (must be 0 or 1).
-    pub(crate) timeout_runs: AtomicU8,
-    /// Times cancelling its timeout succeeded (must be 0 or 1, and not with a run).
-    pub(crate) cancels: AtomicU8,
-    /// When it was accepted, answered, and when its timeout ran, in µs since the start.
-    pub(crate) accepted_us: AtomicU64,
-    pub(crate) answered_us: AtomicU64,
-    pub(crate) timed_out_us: AtomicU64,
-}
-
-impl Request {
-    /// Answers the request `how` at `now_us`, unless it was answered already; true if this
-    /// did.
-    fn answer(&self, how: u8, now_us: u64) -> bool {
-        let answered = self
-            .answer
-            .compare_exchange(PENDING, how, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if answered {
-            self.answered_us.store(now_us, Ordering::Release);
-        }
-        answered
-    }
-}
-
-/// What the requests' work did.
-#[derive(Default)]
-pub(crate) struct Work {
-    /// Work that finished after its request had timed out (its response was dropped).
+/// The books of the requests, written by whichever thread answers each.
+pub(crate) struct Requests {
+    /// Each answered once: the first of its response and its timeout does.
+    pub(crate) answers: Ledger,
+    /// Each request's timeout ran or was cancelled, exactly once.
+    pub(crate) timeouts: Ledger,
+    /// Work that finished after its request had timed out (its response was dropped), and
+    /// work skipped because its request had timed out before it started.
     pub(crate) finished_late: AtomicU64,
-    /// Work skipped because its request had timed out before it started.
     pub(crate) skipped: AtomicU64,
 }
 
@@ -109,37 +82,35 @@ pub(crate) fn run(config: &Config) -> Report {
     }
     let reaper = SystemTimerReaper::new("request-timeouts-reaper", builder.build());
     let timer: &SystemTimer = reaper.get_ref().expect("the reaper drives a SystemTimer");
-    let requests: Arc<Vec<Request>> =
-        Arc::new((0..config.requests).map(|_| Request::default()).collect());
-    let work = Arc::new(Work::default());
+    let requests = Arc::new(Requests {
+        answers: Ledger::new(config.requests as usize),
+        timeouts: Ledger::new(config.requests as usize),
+        finished_late: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
+    });
 
     // The client: one request every 1/rate s, on schedule.
-    let interval = Duration::from_secs(1) / config.rate_per_s;
-    let mut rng = config.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let progress = config.progress.then(ProgressLine::new);
+    let interval = Duration::from_secs(1) / config.rate;
+    let mut rng = Rng::new(config.seed);
+    let mut progress = Progress::new(config.progress, start);
     for id in 0..config.requests as usize {
-        let show_progress = id % (config.rate_per_s as usize / 4).max(1) == 0;
-        if let Some(progress) = progress.as_ref().filter(|_| show_progress) {
-            progress.show(&format!(
-                "{} requests sent, {} timeouts pending in the timer",
-                group(id),
-                group(timer.size())
-            ));
-        }
+        progress.tick(|| {
+            let pending = group(timer.size());
+            format!(
+                "{} requests sent, {pending} timeouts pending in the timer",
+                group(id)
+            )
+        });
         let due = start + interval * id as u32;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             thread::sleep(wait);
         }
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let work_ms = rng % (config.work_max_ms + 1);
+        let work_ms = rng.below(config.work_max_ms + 1);
         accept(
             config,
             &reaper,
             &pool,
             &requests,
-            &work,
             id,
             work_ms,
             since_start_us,
@@ -147,76 +118,62 @@ pub(crate) fn run(config: &Config) -> Report {
     }
 
     // Every request is answered within its deadline plus what the pool has queued.
-    let answered = || {
-        requests
-            .iter()
-            .all(|request| request.answer.load(Ordering::Acquire) != PENDING)
-    };
+    let answered = || requests.answers.settled().iter().sum::<u64>() == u64::from(config.requests);
     let patience = Instant::now() + Duration::from_secs(30);
     while !answered() && Instant::now() < patience {
         thread::sleep(Duration::from_millis(5));
     }
     pool.join();
-    if let Some(progress) = &progress {
-        progress.show(&format!(
-            "{} requests sent, all answered",
-            group(config.requests)
-        ));
-        progress.finish();
-    }
+    progress.finish(|| format!("{} requests sent, all answered", group(config.requests)));
     let (stats, lateness, size) = (timer.stats(), timer.lateness(), timer.size());
     reaper.close();
-    Report::collect(
-        config,
-        &requests,
-        &work,
+    Report {
+        answers: requests.answers.tally(),
+        timeouts: requests.timeouts.tally(),
+        finished_late: requests.finished_late.load(Ordering::Relaxed),
+        skipped: requests.skipped.load(Ordering::Relaxed),
         stats,
+        size_at_end: size,
         lateness,
-        size,
-        pool.panic_count(),
-        start.elapsed(),
-    )
+        pool_panics: pool.panic_count(),
+        elapsed: start.elapsed(),
+    }
 }
 
 /// Accepts request `id`: its timeout to the timer, its work (`work_ms` long) to the pool.
-#[allow(clippy::too_many_arguments)]
 fn accept(
     config: &Config,
     timer: &SystemTimerReaper,
     pool: &ThreadPool,
-    requests: &Arc<Vec<Request>>,
-    work: &Arc<Work>,
+    requests: &Arc<Requests>,
     id: usize,
     work_ms: u64,
     since_start_us: impl Fn() -> u64 + Send + Copy + 'static,
 ) {
-    requests[id]
-        .accepted_us
-        .store(since_start_us(), Ordering::Release);
+    let accepted_us = since_start_us();
+    let waited_us = move || (since_start_us() - accepted_us) as i64;
+    let deadline_us = config.deadline_ms * 1_000;
     let on_timeout = Arc::clone(requests);
     let timeout: TimerTaskEntry = timer.add(timer_task(config.deadline_ms, move || {
-        let request = &on_timeout[id];
-        request.timeout_runs.fetch_add(1, Ordering::AcqRel);
-        let now_us = since_start_us();
-        request.timed_out_us.store(now_us, Ordering::Release);
+        let waited_us = waited_us();
+        on_timeout.timeouts.settle(id, RAN, waited_us - deadline_us);
         // Fails the request, unless its response came first.
-        request.answer(TIMED_OUT, now_us);
+        on_timeout.answers.try_settle(id, TIMED_OUT, waited_us);
     }));
-    let (requests, work) = (Arc::clone(requests), Arc::clone(work));
+    let requests = Arc::clone(requests);
     pool.execute(move || {
-        let request = &requests[id];
-        if request.answer.load(Ordering::Acquire) == TIMED_OUT {
-            work.skipped.fetch_add(1, Ordering::Relaxed);
+        if requests.answers.way(id) == Some(TIMED_OUT) {
+            requests.skipped.fetch_add(1, Ordering::Relaxed);
             return;
         }
         thread::sleep(Duration::from_millis(work_ms));
-        if request.answer(RESPONDED, since_start_us()) {
+        if requests.answers.try_settle(id, RESPONDED, waited_us()) {
             // Answered in time: the timeout must never fire.
             if timeout.cancel() {
-                request.cancels.fetch_add(1, Ordering::AcqRel);
+                requests.timeouts.settle(id, CANCELLED, 0);
             }
         } else {
-            work.finished_late.fetch_add(1, Ordering::Relaxed);
+            requests.finished_late.fetch_add(1, Ordering::Relaxed);
         }
     });
 }

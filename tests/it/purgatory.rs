@@ -701,7 +701,7 @@ fn a_scripted_run_on_a_mock_clock_matches_the_model_step_by_step() {
     // Operation i waits 10..=500 ms, is watched under two keys, and is acknowledged at a
     // step time (a third never are): before its timeout, at it, or after it.
     let delay = |i: usize| STEP_MS * (1 + (i * 7 % 50) as i64);
-    let ack_at = |i: usize| (!i.is_multiple_of(3)).then(|| STEP_MS * (i * 13 % 60) as i64);
+    let ack_at = |i: usize| (i % 3 != 0).then(|| STEP_MS * (i * 13 % 60) as i64);
     let keys = |i: usize| [(i % 7) as u32, 100 + (i % 11) as u32];
     let model = |i: usize| match ack_at(i) {
         // At a step, acknowledgements come before the clock moves past it.

@@ -21,7 +21,7 @@
 
 pub(crate) mod cli;
 #[path = "../../common/mod.rs"]
-mod common;
+pub(crate) mod common;
 mod report;
 
 use std::sync::Arc;
@@ -30,7 +30,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cli::Config;
-use report::{Answer, Ledger, Report};
+use common::{Ledger, Progress, Rng, group};
+use report::Report;
 use timingwheel::{Elapsed, Sleep, SystemTimer, SystemTimerReaper, Timer, timeout, timer_task};
 use tokio::sync::{mpsc, oneshot};
 
@@ -56,16 +57,21 @@ impl Backend {
     }
 }
 
+/// The ways a request is answered, in its ledger: by its backend's reply (with how long it
+/// waited), or by its timeout (with how late that came, beyond the timeout).
+pub(crate) const BACKEND: usize = 0;
+pub(crate) const TIMED_OUT: usize = 1;
+
 /// The service's handler: the backend's reply, or "timed out" once `timeout_ms` passed.
 async fn handle(
     timer: &Arc<dyn Timer>,
     timeout_ms: i64,
     backend: &Backend,
     latency_ms: i64,
-) -> Answer {
+) -> usize {
     match timeout(Arc::clone(timer), timeout_ms, backend.call(latency_ms)).await {
-        Ok(()) => Answer::Backend,
-        Err(Elapsed) => Answer::TimedOut,
+        Ok(()) => BACKEND,
+        Err(Elapsed) => TIMED_OUT,
     }
 }
 
@@ -98,13 +104,7 @@ async fn serve(
 
 /// Request `id`'s backend and latency, from the seed: the same for every run.
 pub(crate) fn route(config: &Config, id: usize) -> (usize, i64) {
-    // splitmix64 of (seed, id).
-    let mut z = config
-        .seed
-        .wrapping_add((id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = Rng::nth(config.seed, id as u64);
     let backend = (z % config.backends as u64) as usize;
     let spread = z >> 32;
     let latency_ms = if is_slow(config, backend) {
@@ -137,9 +137,14 @@ pub(crate) fn run(config: &Config) -> Report {
     let start = Instant::now();
 
     let drained = thread::scope(|s| {
-        if config.progress {
-            s.spawn(|| report::show_progress(&done, start, config.requests, &ledger));
-        }
+        s.spawn(|| {
+            let line = || {
+                let answered = group(ledger.settled().iter().sum::<u64>());
+                format!("answered {answered} of {}", group(config.requests))
+            };
+            let ended = || done.load(Ordering::SeqCst);
+            Progress::new(config.progress, start).wait(Duration::ZERO, ended, || true, line);
+        });
         let drained = runtime.block_on(async {
             let backends: Arc<Vec<Backend>> = Arc::new(
                 (0..config.backends)
@@ -165,7 +170,11 @@ pub(crate) fn run(config: &Config) -> Report {
                             let answer =
                                 handle(&timer, config.timeout_ms, &backends[backend], latency_ms)
                                     .await;
-                            ledger.record(id, answer, asked.elapsed());
+                            let mut figure_us = asked.elapsed().as_micros() as i64;
+                            if answer == TIMED_OUT {
+                                figure_us -= config.timeout_ms * 1_000;
+                            }
+                            ledger.settle(id, answer, figure_us);
                         }
                     })
                 })
@@ -187,18 +196,26 @@ pub(crate) fn run(config: &Config) -> Report {
     });
     let wall = start.elapsed();
     drop(runtime);
-    let mut report = Report::from_ledger(config, &ledger);
-    report.wall = wall;
-    report.late_replies = backlog.late_replies.load(Ordering::SeqCst);
-    report.backlog_drained = drained;
-    report.pending_at_end = timer.size();
+    // Requests answered `way` at a backend that is slow, or not (`slow`).
+    let count = |way, slow| {
+        let at = |id| ledger.way(id) == Some(way) && is_slow(config, route(config, id).0) == slow;
+        (0..config.requests).filter(|&id| at(id)).count() as u64
+    };
+    let report = Report {
+        answers: ledger.tally(),
+        slow_answered: count(BACKEND, true),
+        fast_timed_out: count(TIMED_OUT, false),
+        late_replies: backlog.late_replies.load(Ordering::SeqCst),
+        backlog_drained: drained,
+        pending_at_end: timer.size(),
+        wall,
+    };
     timer.close();
     report
 }
 
 fn main() {
-    common::example_main("async_timeouts", cli::USAGE, cli::parse_args, |config| {
-        let report = run(config);
-        (report.render(config), report.holds())
+    common::example_main("async_timeouts", cli::parse_args, |config| {
+        run(config).table(config)
     });
 }
