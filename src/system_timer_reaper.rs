@@ -40,9 +40,7 @@ use parking_lot::Mutex;
 use crate::executor::panic_message;
 #[cfg(doc)]
 use crate::system_timer::SystemTimer;
-use crate::task::TimerTask;
-use crate::timer::{AddError, Timer};
-use crate::timer_task_entry::TimerTaskEntry;
+use crate::timer::{Timer, forward_timer};
 
 /// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
 const WORK_TIMEOUT_MS: i64 = 200;
@@ -165,52 +163,23 @@ impl SystemTimerReaper {
     }
 }
 
-impl Timer for SystemTimerReaper {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        self.timer.add(task)
-    }
-
-    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        self.timer.try_add(task)
-    }
-
-    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        self.timer.try_add_unbounded(task)
-    }
-
-    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
-        self.timer.reschedule(entry, delay_ms)
-    }
-
-    /// Calls the wrapped timer's `advance_clock`, alongside the reaper thread.
-    fn advance_clock(&self, timeout_ms: i64) -> bool {
-        self.timer.advance_clock(timeout_ms)
-    }
-
-    fn size(&self) -> usize {
-        self.timer.size()
-    }
-
-    /// Closes the wrapped timer and stops the reaper thread; idempotent. Returns once the
-    /// timer's `close` has returned (so the tasks already on its executor have finished,
-    /// within its bound) and the thread has ended, also in concurrent callers: an idle
-    /// reaper takes a few milliseconds. On the reaper thread itself it does not wait for
-    /// the thread. See "Shutting down" on [`SystemTimerReaper`].
-    fn close(&self) {
+forward_timer! {
+    impl[] for SystemTimerReaper,
+    inner: |self| self.timer,
+    wrap: |task| task,
+    // Stops the loop, closes the wrapped timer (which wakes a thread blocked in its
+    // `advance_clock`), then joins the thread; see "Shutting down".
+    close: {
         self.thread.request_stop();
-        // Wakes a thread blocked in `SystemTimer::advance_clock`.
         self.timer.close();
         self.thread.join();
-    }
-
-    /// Stops the reaper like [`close`](Timer::close), and hands back the tasks still
-    /// waiting in the wrapped timer (its `stop`).
-    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+    },
+    stop: {
         self.thread.request_stop();
         let waiting = self.timer.stop();
         self.thread.join();
         waiting
-    }
+    },
 }
 
 impl Drop for SystemTimerReaper {

@@ -228,43 +228,52 @@ pub trait Timer: Send + Sync {
     fn stop(&self) -> Vec<Box<dyn TimerTask>>;
 }
 
-/// Implements [`Timer`] for a pointer type by delegating every call to the pointee.
-macro_rules! delegate_timer {
-    ($(#[$doc:meta])* $pointer:ident) => {
-        $(#[$doc])*
-        impl<T: Timer + ?Sized> Timer for $pointer<T> {
-            fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-                (**self).add(task)
+/// Implements [`Timer`] for a wrapper: every call goes to `inner`, each task through
+/// `wrap` first; `close` and `stop` are the wrapper's own. The one home of the forwarding,
+/// so that a method added to `Timer` is forwarded by every wrapper.
+macro_rules! forward_timer {
+    (
+        $(#[$attr:meta])*
+        impl[$($generics:tt)*] for $wrapper:ty,
+        inner: |$this:ident| $inner:expr,
+        wrap: |$task:ident| $wrap:expr,
+        close: $close:block,
+        stop: $stop:block $(,)?
+    ) => {
+        $(#[$attr])*
+        impl<$($generics)*> $crate::timer::Timer for $wrapper {
+            fn add(&$this, $task: Box<dyn $crate::task::TimerTask>) -> $crate::TimerTaskEntry {
+                $inner.add($wrap)
             }
-            fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-                (**self).try_add(task)
+            fn try_add(
+                &$this,
+                $task: Box<dyn $crate::task::TimerTask>,
+            ) -> Result<$crate::TimerTaskEntry, $crate::timer::AddError> {
+                $inner.try_add($wrap)
             }
             fn try_add_unbounded(
-                &self,
-                task: Box<dyn TimerTask>,
-            ) -> Result<TimerTaskEntry, AddError> {
-                (**self).try_add_unbounded(task)
+                &$this,
+                $task: Box<dyn $crate::task::TimerTask>,
+            ) -> Result<$crate::TimerTaskEntry, $crate::timer::AddError> {
+                $inner.try_add_unbounded($wrap)
             }
-            fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
-                (**self).reschedule(entry, delay_ms)
+            fn reschedule(&$this, entry: &$crate::TimerTaskEntry, delay_ms: i64) -> bool {
+                $inner.reschedule(entry, delay_ms)
             }
-            fn advance_clock(&self, timeout_ms: i64) -> bool {
-                (**self).advance_clock(timeout_ms)
+            fn advance_clock(&$this, timeout_ms: i64) -> bool {
+                $inner.advance_clock(timeout_ms)
             }
-            fn size(&self) -> usize {
-                (**self).size()
+            fn size(&$this) -> usize {
+                $inner.size()
             }
-            fn close(&self) {
-                (**self).close()
-            }
-            fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-                (**self).stop()
-            }
+            fn close(&$this) $close
+            fn stop(&$this) -> Vec<Box<dyn $crate::task::TimerTask>> $stop
         }
     };
 }
+pub(crate) use forward_timer;
 
-delegate_timer! {
+forward_timer! {
     /// A shared timer is a timer: a reaper can drive a timer the caller keeps an `Arc` of,
     /// and a purgatory can run on an `Arc<MockTimer>` that a test keeps driving.
     ///
@@ -279,13 +288,21 @@ delegate_timer! {
     /// shared.add(timer_task(10, || {}));
     /// assert_eq!(timer.size(), 1);
     /// ```
-    Arc
+    impl[T: Timer + ?Sized] for Arc<T>,
+    inner: |self| (**self),
+    wrap: |task| task,
+    close: { (**self).close() },
+    stop: { (**self).stop() },
 }
 
-delegate_timer! {
+forward_timer! {
     /// A boxed timer is a timer, so a `Box<dyn Timer>` can go wherever `impl Timer` is
     /// asked for.
-    Box
+    impl[T: Timer + ?Sized] for Box<T>,
+    inner: |self| (**self),
+    wrap: |task| task,
+    close: { (**self).close() },
+    stop: { (**self).stop() },
 }
 
 /// Why a timer did not take a task. The task comes back, unrun, so that the caller can fail
