@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::SystemTimer;
 use super::backlog::Backlog;
-use super::flush::{Chunking, Flusher};
+use super::flush::Flusher;
 use crate::delay_queue::DelayQueue;
 use crate::executor::{Executor, ExecutorKind, HeldTasks};
 use crate::lateness::LatenessHistogram;
@@ -36,7 +36,7 @@ pub struct SystemTimerBuilder {
     wheel_size: usize,
     start_ms: Option<i64>,
     clock: TimerClock,
-    chunking: Chunking,
+    flusher: Flusher,
     max_pending: Option<usize>,
     executor: ExecutorKind,
     max_in_flight: Option<usize>,
@@ -53,7 +53,7 @@ impl SystemTimerBuilder {
             wheel_size: 20,
             start_ms: None,
             clock: TimerClock::System,
-            chunking: Chunking::DEFAULT,
+            flusher: Flusher::default(),
             max_pending: None,
             executor: ExecutorKind::Threads(1),
             max_in_flight: None,
@@ -344,7 +344,7 @@ impl SystemTimerBuilder {
     /// Both must be positive: every call then moves a flush on by a chunk at least.
     #[cfg(test)]
     pub(super) fn chunking(mut self, chunk: usize, budget: usize) -> Self {
-        self.chunking = Chunking::new(chunk, budget);
+        self.flusher = Flusher::new(chunk, budget);
         self
     }
 
@@ -378,9 +378,7 @@ impl SystemTimerBuilder {
             timing_wheel.tick_ms(),
             self.wheel_size
         );
-        let max_pending = self
-            .max_pending
-            .map(|max| (max, Arc::new(AtomicUsize::new(0))));
+        let max_pending = self.max_pending.map(|max| (max, Arc::default()));
         let pending = max_pending.as_ref().map(|(_, pending)| Arc::clone(pending));
         let held = self.max_in_flight.map(|_| Arc::new(AtomicUsize::new(0)));
         let timing_wheel = StripedRwLock::new(
@@ -409,7 +407,7 @@ impl SystemTimerBuilder {
             clock: self.clock,
             delay_queue,
             timing_wheel,
-            flusher: Flusher::new(self.chunking),
+            flusher: self.flusher,
             close_timeout: self.close_timeout,
             closed,
             max_pending,

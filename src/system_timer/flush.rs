@@ -1,7 +1,7 @@
 //! The flush scheduler: how `advance_clock` moves the entries of due lists on, a chunk at a
 //! time, most urgent first. Kafka flushes each due bucket whole under its write lock; this is
-//! the work it does, cut up so that a million timers expiring together hold up neither the
-//! threads that add nor the tasks that are due.
+//! that work, cut up so that a million timers expiring together hold up neither the threads
+//! that add nor the tasks that are due.
 //!
 //! # Ground rules
 //!
@@ -12,117 +12,63 @@
 //!   a time, [`FLUSH_CHUNK`] entries per hold, taken with `read_urgent` so that adds and
 //!   cancels hand the lock over rather than take it straight back.
 //! - Flushes run most urgent first: by the time the earliest entry of each detached list
-//!   may be due. A flush whose entries are still far from due may be left unfinished in
-//!   `unfinished` once a call has re-added [`FLUSH_BUDGET`] such entries; the next call
-//!   goes on with it after a pause (below). Lowest-level lists, whose entries are
-//!   due, and flushes past half of their lead, always finish within the call.
+//!   may be due. Once a call has re-added [`FLUSH_BUDGET`] entries of flushes still far
+//!   from due, it leaves them in `unfinished` for the next call, which first waits up to
+//!   [`FLUSH_PAUSE_MS`] for a due list: Linux tends to queue a woken thread on its waker's
+//!   processor, and the pause lets an executor just woken run before the driver goes on.
+//!   Lowest-level lists, and flushes past half of their lead, finish within the call.
 //! - `unfinished` is a leaf mutex: taken with no lock held at the start and the end of a
 //!   call, and under the write lock by `close` and `stop`; nothing is taken under it.
-//!
-//! # Pausing between budgets
-//!
-//! A call that leaves a flush unfinished returns, and the next call waits up to
-//! [`FLUSH_PAUSE_MS`] for a due list before it goes on with the flush. Linux tends to queue
-//! a woken thread on its waker's processor, so a driver that re-added a large list in one
-//! stretch kept the executor it had just woken waiting behind it, while tasks came due.
-//! The pause lets whatever waits for the driver's processor run, and the flush still ends
-//! well within its slack (`docs/performance.md`, "Pausing between flush budgets").
-//!
-//! # Where due entries go
-//!
-//! Where the entries that come due under a shard's lock go (Kafka's `addTimerTaskEntry`
-//! and the hand-over of its executor): out of the store into a batch for the executor, or,
-//! on a timer with `max_in_flight`, into the shard's backlog (see `backlog`). `add`,
-//! `reschedule` and the flush all end here.
+//! - Every entry that comes due under a shard's lock — in a flush, an `add` or a
+//!   `reschedule` — goes through [`Expiring`]: out of the store into a batch for the
+//!   executor, or, on a timer with `max_in_flight`, into the shard's backlog.
 
-use std::cmp::{Ordering as CmpOrdering, Reverse};
-use std::collections::BinaryHeap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::SystemTimer;
-use crate::delay_queue::Due;
+use crate::delay_queue::{Due, deadline_after};
 use crate::executor::Executor;
-use crate::store::shard::{Count, Entry, ReadGuard, ShardState};
+use crate::store::shard::{Count, Entry, ReadGuard, ShardState, StripedRwLock};
 use crate::task::Expired;
+use crate::time::Time;
 use crate::timer_task_list::TimerTaskList;
-use crate::timing_wheel::TimingWheel;
+use crate::timing_wheel::{BucketQueue, TimingWheel};
 
 /// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
-/// waits for at most one chunk (at most one executor batch expires per chunk). 64 keeps the
-/// longest wait of an `add` shortest at the same lateness; 512 and 32 were measured worse
-/// (`docs/performance.md`, "The flush chunk size").
+/// waits for at most one chunk; 512 and 32 were measured worse (`docs/performance.md`).
 const FLUSH_CHUNK: usize = 64;
 
-/// Entries of flushes that are not yet urgent that one `advance_clock` call re-adds before
-/// it returns, leaving the rest to the next call.
+/// Entries of flushes not yet urgent that one `advance_clock` call re-adds.
 const FLUSH_BUDGET: usize = 8 * 1024;
 
-/// How long, at most, a call waits for a due list before it goes on with a flush an
-/// earlier call left unfinished (see "Pausing between budgets").
-pub(super) const FLUSH_PAUSE_MS: i64 = 1;
+/// How long a call waits for a due list before it goes on with an unfinished flush.
+const FLUSH_PAUSE_MS: i64 = 1;
 
-/// How a flush is cut up: entries per lock hold, and entries of not-yet-urgent flushes per
-/// `advance_clock` call.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Chunking {
-    chunk: usize,
-    budget: usize,
+/// The parts of a `SystemTimer` a flush works on.
+pub(super) struct Parts<'a> {
+    pub(super) queue: &'a BucketQueue,
+    pub(super) wheel: &'a StripedRwLock<TimingWheel>,
+    pub(super) executor: &'a Executor,
+    pub(super) closed: &'a AtomicBool,
+    pub(super) time: &'a dyn Time,
 }
 
-impl Chunking {
-    pub(super) const DEFAULT: Chunking = Chunking {
-        chunk: FLUSH_CHUNK,
-        budget: FLUSH_BUDGET,
-    };
-
-    /// Chunks of `chunk` entries, `budget` entries of not-yet-urgent flushes per call; both
-    /// positive, so that every call moves a flush on by a chunk at least. For tests that
-    /// interleave adds and cancels with flushes.
-    #[cfg(test)]
-    pub(super) fn new(chunk: usize, budget: usize) -> Chunking {
-        assert!(chunk > 0 && budget > 0);
-        Chunking { chunk, budget }
+impl Parts<'_> {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 }
 
 /// The flush scheduler's state: how it cuts flushes up, and what an earlier call left.
 #[derive(Debug)]
 pub(super) struct Flusher {
-    chunking: Chunking,
+    chunk: usize,
+    budget: usize,
     /// Flushes an earlier `advance_clock` call left for the next one.
     unfinished: Mutex<Vec<Flush>>,
-}
-
-impl Flusher {
-    pub(super) fn new(chunking: Chunking) -> Flusher {
-        Flusher {
-            chunking,
-            unfinished: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// True if an earlier call left flushes unfinished.
-    pub(super) fn has_unfinished(&self) -> bool {
-        !self.unfinished.lock().is_empty()
-    }
-
-    /// Appends, for every flush an earlier call left unfinished, its list's id and the
-    /// earliest expiration its entries can have.
-    pub(super) fn unfinished_lists(&self, out: &mut Vec<(i64, u32)>) {
-        let unfinished = self.unfinished.lock();
-        out.extend(
-            unfinished
-                .iter()
-                .map(|flush| (flush.deadline_ms, flush.list.id())),
-        );
-    }
-
-    /// Drops the unfinished flushes (their entries were cleared with the store).
-    pub(super) fn forget_unfinished(&self) {
-        self.unfinished.lock().clear();
-    }
 }
 
 /// A list being flushed: detached in every shard, its entries re-added a chunk at a time.
@@ -137,141 +83,148 @@ struct Flush {
     stripe: usize,
 }
 
-impl Flush {
-    fn new(list: Arc<TimerTaskList>, due_ms: i64) -> Flush {
-        Flush {
-            deadline_ms: list.earliest_expiration_ms(due_ms),
-            urgent_ms: due_ms.saturating_add(list.slack_ms() / 2),
-            stripe: 0,
-            list,
+impl Default for Flusher {
+    fn default() -> Flusher {
+        Flusher::new(FLUSH_CHUNK, FLUSH_BUDGET)
+    }
+}
+
+impl Flusher {
+    /// Chunks of `chunk` entries, `budget` entries of flushes not yet urgent per call.
+    pub(super) fn new(chunk: usize, budget: usize) -> Flusher {
+        assert!(chunk > 0 && budget > 0);
+        let unfinished = Mutex::new(Vec::new());
+        Flusher {
+            chunk,
+            budget,
+            unfinished,
         }
     }
-}
 
-impl PartialEq for Flush {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == CmpOrdering::Equal
+    /// Appends, for every flush an earlier call left unfinished, the earliest expiration
+    /// its entries can have and its list's id.
+    pub(super) fn unfinished_lists(&self, out: &mut Vec<(i64, u32)>) {
+        let unfinished = self.unfinished.lock();
+        out.extend(unfinished.iter().map(|f| (f.deadline_ms, f.list.id())));
     }
-}
-impl Eq for Flush {}
-impl PartialOrd for Flush {
-    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Flush {
-    fn cmp(&self, other: &Self) -> CmpOrdering {
-        (self.deadline_ms, self.list.id()).cmp(&(other.deadline_ms, other.list.id()))
-    }
-}
 
-impl SystemTimer {
+    /// Drops the unfinished flushes (their entries were cleared with the store).
+    pub(super) fn forget_unfinished(&self) {
+        self.unfinished.lock().clear();
+    }
+
+    /// Waits for the next due list, until `deadline` (`None`: none): `None` once it passed.
+    /// With flushes unfinished it waits at most the pause, and then returns `Some(None)`.
+    pub(super) fn poll(
+        &self,
+        queue: &BucketQueue,
+        deadline: Option<Instant>,
+    ) -> Option<Option<Due<Arc<TimerTaskList>>>> {
+        if self.unfinished.lock().is_empty() {
+            return queue.poll_until(deadline).map(Some);
+        }
+        let pause = deadline_after(FLUSH_PAUSE_MS);
+        Some(queue.poll_until(pause.min(deadline).or(pause)))
+    }
+
     /// Flushes `first` (a list the caller polled), every other due list, and what an
     /// earlier call left unfinished, most urgent first, within this call's budget. Returns
     /// true if a flush moved on.
-    pub(super) fn flush(&self, first: Option<Due<Arc<TimerTaskList>>>) -> bool {
-        let flusher = &self.flusher;
-        let mut flushes: BinaryHeap<Reverse<Flush>> =
-            flusher.unfinished.lock().drain(..).map(Reverse).collect();
+    pub(super) fn flush(&self, first: Option<Due<Arc<TimerTaskList>>>, parts: &Parts<'_>) -> bool {
+        let mut flushes = std::mem::take(&mut *self.unfinished.lock());
         let mut due: Vec<_> = first.into_iter().collect();
         let mut flushed = false;
-        let mut budget = flusher.chunking.budget;
+        let mut budget = self.budget;
         loop {
-            if due.is_empty() {
-                due.extend(self.delay_queue.poll());
-            }
-            if !due.is_empty() && !self.begin_flushes(&mut due, &mut flushes) {
+            due.extend(parts.queue.poll());
+            if !due.is_empty() && !begin_flushes(&mut due, &mut flushes, parts) {
                 return flushed;
             }
-            let Some(Reverse(mut flush)) = flushes.pop() else {
+            let Some(next) = (0..flushes.len()).min_by_key(|&at| {
+                let flush = &flushes[at];
+                (flush.deadline_ms, flush.list.id())
+            }) else {
                 return flushed;
             };
-            let urgent = self.time.hi_res_clock_ms() >= flush.urgent_ms;
+            let urgent = parts.time.hi_res_clock_ms() >= flushes[next].urgent_ms;
             if budget == 0 && !urgent {
-                flushes.push(Reverse(flush));
-                flusher
-                    .unfinished
-                    .lock()
-                    .extend(flushes.into_iter().map(|Reverse(f)| f));
+                self.unfinished.lock().append(&mut flushes);
                 return true;
             }
-            let Some((count, done)) = self.flush_chunk(&mut flush) else {
+            let Some((count, done)) = self.flush_chunk(&mut flushes[next], parts) else {
                 return flushed;
             };
             flushed = true;
             if !urgent {
                 budget = budget.saturating_sub(count);
             }
-            if !done {
-                flushes.push(Reverse(flush));
+            if done {
+                flushes.swap_remove(next);
             }
         }
-    }
-
-    /// Takes every due list out of `due` and the delay queue, moves the wheel's clocks to the
-    /// latest clock reading among them, and detaches each list in every shard (write lock).
-    /// Returns false if the timer is closed.
-    fn begin_flushes(
-        &self,
-        due: &mut Vec<Due<Arc<TimerTaskList>>>,
-        flushes: &mut BinaryHeap<Reverse<Flush>>,
-    ) -> bool {
-        while let Some(next) = self.delay_queue.poll() {
-            due.push(next);
-        }
-        let mut write = self.timing_wheel.write();
-        if self.is_closed() {
-            return false;
-        }
-        if let Some(now_ms) = due.iter().map(|d| d.now_ms).max() {
-            // The clock's reading, not the list's expiration (Kafka): one flush then
-            // expires everything due, and the wheels never run ahead of the clock.
-            write.value().advance_clock(now_ms, &write);
-        }
-        for Due {
-            value: list,
-            due_ms,
-            ..
-        } in due.drain(..)
-        {
-            // Queued again for another time since, or already flushed: stale.
-            if list.expiration_ms() != due_ms {
-                continue;
-            }
-            list.reset_expiration();
-            for shard in write.shards_mut() {
-                shard.detach(list.id());
-            }
-            flushes.push(Reverse(Flush::new(list, due_ms)));
-        }
-        true
     }
 
     /// Re-adds up to a chunk of entries of `flush`, one stripe at a time, handing the
     /// expired ones to the executor. Returns how many it re-added and whether the flush is
     /// done, or `None` if the timer is closed.
-    fn flush_chunk(&self, flush: &mut Flush) -> Option<(usize, bool)> {
-        let chunk = self.flusher.chunking.chunk;
+    fn flush_chunk(&self, flush: &mut Flush, parts: &Parts<'_>) -> Option<(usize, bool)> {
         let mut count = 0;
-        while flush.stripe < self.timing_wheel.stripes() {
-            let mut expiring = Expiring::batched(&self.executor);
-            let mut read = self.timing_wheel.read_urgent(flush.stripe);
-            if self.is_closed() {
+        while flush.stripe < parts.wheel.stripes() {
+            let mut expiring = Expiring::batched(parts.executor);
+            let mut read = parts.wheel.read_urgent(flush.stripe);
+            if parts.is_closed() {
                 return None;
             }
-            let timing_wheel = read.value();
+            let wheel = read.value();
             let id = flush.list.id();
-            count += read.shard().flush(id, chunk - count, |shard, entry| {
-                add_timer_task_entry(timing_wheel, shard, entry, &mut expiring);
+            count += read.shard().flush(id, self.chunk - count, |shard, entry| {
+                add_timer_task_entry(wheel, shard, entry, &mut expiring);
             });
-            expiring.finish(&self.executor, read);
-            if count == chunk {
+            expiring.finish(parts.executor, read);
+            if count == self.chunk {
                 return Some((count, false));
             }
             flush.stripe += 1;
         }
         Some((count, true))
     }
+}
+
+/// Takes every due list out of `due` and the delay queue, moves the wheel's clocks to the
+/// latest clock reading among them, and detaches each list in every shard (write lock).
+/// Returns false if the timer is closed.
+fn begin_flushes(
+    due: &mut Vec<Due<Arc<TimerTaskList>>>,
+    flushes: &mut Vec<Flush>,
+    parts: &Parts<'_>,
+) -> bool {
+    due.extend(std::iter::from_fn(|| parts.queue.poll()));
+    let mut write = parts.wheel.write();
+    if parts.is_closed() {
+        return false;
+    }
+    if let Some(now_ms) = due.iter().map(|d| d.now_ms).max() {
+        // The clock's reading, not the list's expiration (Kafka): one flush then expires
+        // everything due, and the wheels never run ahead of the clock.
+        write.value().advance_clock(now_ms, &write);
+    }
+    for Due { value, due_ms, .. } in due.drain(..) {
+        // Queued again for another time since, or already flushed: stale.
+        if value.expiration_ms() != due_ms {
+            continue;
+        }
+        value.reset_expiration();
+        for shard in write.shards_mut() {
+            shard.detach(value.id());
+        }
+        flushes.push(Flush {
+            deadline_ms: value.earliest_expiration_ms(due_ms),
+            urgent_ms: due_ms.saturating_add(value.slack_ms() / 2),
+            stripe: 0,
+            list: value,
+        });
+    }
+    true
 }
 
 /// Kafka's `addTimerTaskEntry`: puts `entry` of `shard` into the wheel, or, if the wheel
@@ -290,10 +243,8 @@ pub(super) fn add_timer_task_entry(
 
 /// Where the entries that come due under a shard's lock go: out of the store into a batch
 /// for the executor, or, on a timer with `max_in_flight`, into the shard's backlog, where
-/// they stay pending until a refill hands them over (see `backlog`).
-///
-/// Its methods are `#[inline]`: `add`, `reschedule` and the flush live in other codegen
-/// units, and without it `reschedule` took 12 more instructions (`benches/instructions.sh`).
+/// they stay pending until a refill hands them over (see `backlog`). Its methods are
+/// `#[inline]` so that `add` and `reschedule`, in other codegen units, inline them.
 pub(super) struct Expiring {
     batch: Vec<Expired>,
     /// True on a timer with `max_in_flight`.
@@ -305,22 +256,22 @@ impl Expiring {
     /// For a few entries at most: a batch buffer is allocated only if one expires.
     #[inline]
     pub(super) fn unbatched(executor: &Executor) -> Expiring {
+        let hold = executor.is_bounded();
         Expiring {
             batch: Vec::new(),
-            hold: executor.is_bounded(),
+            hold,
             held: 0,
         }
     }
 
     /// For a flush chunk: a batch buffer taken before the shard is locked (a new one is an
-    /// allocation, which with glibc may consolidate an arena; see `threads::delay_queue`).
-    pub(super) fn batched(executor: &Executor) -> Expiring {
-        let hold = executor.is_bounded();
-        Expiring {
-            batch: if hold { Vec::new() } else { executor.batch() },
-            hold,
-            held: 0,
+    /// allocation, and none is made under the lock).
+    fn batched(executor: &Executor) -> Expiring {
+        let mut expiring = Expiring::unbatched(executor);
+        if !expiring.hold {
+            expiring.batch = executor.batch();
         }
+        expiring
     }
 
     /// Takes the due `entry` of `shard`, unlisted, out of the store into the batch, or holds
@@ -331,9 +282,11 @@ impl Expiring {
             shard.hold(entry.index);
             self.held += 1;
         } else {
+            let task = shard.remove(entry.index);
+            let expiration_ms = entry.expiration_ms;
             self.batch.push(Expired {
-                task: shard.remove(entry.index),
-                expiration_ms: entry.expiration_ms,
+                task,
+                expiration_ms,
             });
         }
     }
@@ -360,10 +313,6 @@ impl Expiring {
     }
 }
 
-/// A model of the timer with its flushes cut into chunks of one to three entries and almost
-/// no budget per call, so that adds, cancels, clock steps and `next_expiration_ms` land
-/// between the chunks of a flush. (`tests/model.rs` checks the timer against a model with
-/// full-size chunks, `tests/next_expiration.rs` `next_expiration_ms` across levels.)
 #[cfg(test)]
 mod tests {
     use super::super::SystemTimer;
@@ -548,12 +497,12 @@ mod tests {
             "one entry of the early list moved down"
         );
         assert!(
-            timer.flusher.has_unfinished(),
+            !timer.flusher.unfinished.lock().is_empty(),
             "the rest is left for the next call"
         );
         assert_eq!(timer.next_expiration_ms(), Some(start + 45));
         while timer.advance_clock(0) {}
-        assert!(!timer.flusher.has_unfinished());
+        assert!(timer.flusher.unfinished.lock().is_empty());
         assert_eq!(timer.next_expiration_ms(), Some(start + 45));
     }
 

@@ -1,12 +1,9 @@
 //! Kafka's `SystemTimer`: a hierarchical timing wheel, a delay queue of its lists and an
-//! executor.
-//!
-//! `add` and `advance_clock` read as Kafka's do, each step one module down: the store
-//! (`store`) keeps an entry, the wheel (`wheel`) puts it in a list, the delay queue
-//! (`threads::delay_queue`) says when a list is due, the flush scheduler ([`flush`]) moves
-//! the due lists' entries down the wheel or to the executor (`threads::executor`). Work
-//! Kafka does not do has a file of its own: the backlog of a timer with `max_in_flight`
-//! ([`backlog`]), and [`next_expiration`].
+//! executor. `add` and `advance_clock` read as Kafka's do, each step one file down: the
+//! store keeps an entry, the wheel puts it in a list, the delay queue says when a list is
+//! due, the flush moves the due lists' entries down the wheel or to the executor. Work Kafka
+//! does not do has a file of its own: the chunked flush ([`flush`]) and the backlog of a
+//! timer with `max_in_flight` ([`backlog`]).
 //!
 //! # Ground rules
 //!
@@ -37,15 +34,16 @@ use crate::delay_queue::deadline_after;
 use crate::executor::Executor;
 use crate::lateness::Lateness;
 use crate::metrics::{TimerMetrics, TimerStats};
+use crate::store::chunks::EntryKey;
 use crate::store::shard::{Count, Entry, ReadGuard, Released, StripedRwLock, thread_hint};
 use crate::task::{Expired, TimerTask, due_at_once};
 use crate::time::{Time, TimerClock};
 use crate::timer::{AddError, Timer};
 use crate::timer_task_entry::TimerTaskEntry;
-use crate::timing_wheel::{BucketQueue, Placement, TimingWheel};
+use crate::timing_wheel::{BucketQueue, TimingWheel};
 
 pub use builder::SystemTimerBuilder;
-use flush::{Expiring, Flusher, add_timer_task_entry};
+use flush::{Expiring, Flusher, Parts, add_timer_task_entry};
 
 /// Kafka's `SystemTimer`: a hierarchical timing wheel with O(1) add and cancel, a delay
 /// queue of buckets, and an executor that runs expired tasks (a pool of its own of one
@@ -141,7 +139,7 @@ pub struct SystemTimer {
     /// Lists by due time. Has its own lock.
     delay_queue: Arc<BucketQueue>,
     /// The wheel, behind Kafka's reader-writer lock; the lock's stripes are the shards that
-    /// hold the entries (see `store::lock`).
+    /// hold the entries (see `store::shard`).
     timing_wheel: StripedRwLock<TimingWheel>,
     /// Moves due lists' entries on, a chunk at a time, most urgent first.
     flusher: Flusher,
@@ -411,17 +409,17 @@ fn refuse(read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
 }
 
 impl SystemTimer {
-    /// `add` and `try_add`: takes `task` at `expiration_ms`, or says why not; refuses it
-    /// for `max_pending` only if `bounded`.
+    /// `add`, `try_add` and `try_add_unbounded`: takes `task` at `expiration_ms`, or says
+    /// why not; refuses it for `max_pending` only if `bounded`.
     #[inline]
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
-        delay_ms: i64,
         expiration_ms: i64,
         bounded: bool,
     ) -> Result<TimerTaskEntry, AddError> {
-        let mut read = self.timing_wheel.read(thread_hint());
+        let delay_ms = task.delay_ms();
+        let read = self.timing_wheel.read(thread_hint());
         if self.is_closed() {
             return Err(refuse(read, AddError::Closed(task)));
         }
@@ -438,91 +436,9 @@ impl SystemTimer {
         if !self.reserve_pending(bounded) {
             return Err(refuse(read, AddError::Full(task)));
         }
-        let shard = read.shard();
-        match shard.insert(task, expiration_ms, placement.list.id()) {
-            Ok(key) => {
-                read.count(Count::Added, 1);
-                placement.joined();
-                Ok(TimerTaskEntry::pending(
-                    read.home(),
-                    read.shard(),
-                    key,
-                    expiration_ms,
-                ))
-            }
-            Err(task) => self.insert_elsewhere(read, placement, task, expiration_ms),
-        }
-    }
-
-    /// `insert` for a task already expired: hands it to the executor; or, on a timer with
-    /// `max_in_flight`, stores it and holds it like any task that comes due (see
-    /// [`Expiring`]).
-    #[cold]
-    fn insert_due(
-        &self,
-        mut read: ReadGuard<'_, TimingWheel>,
-        task: Box<dyn TimerTask>,
-        expiration_ms: i64,
-    ) -> Result<TimerTaskEntry, AddError> {
-        if !self.executor.is_bounded() {
-            read.count(Count::Added, 1);
-            read.count(Count::Expired, 1);
-            // Counted under the read lock, so a concurrent `close` waits for the task; sent
-            // once the lock is released (see `Executor::hand_over`).
-            let expired = Expired {
-                task,
-                expiration_ms,
-            };
-            let handover = self.executor.hand_over_one(expired);
-            drop(read);
-            handover.send();
-            return Ok(TimerTaskEntry::expired(expiration_ms));
-        }
-        // A due task never waits, so it is never refused for being full: held, it counts as
-        // pending, past `max_pending` if need be.
-        self.reserve_pending(false);
-        let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
-            Ok(key) => (read, key),
-            Err(task) => {
-                let (mut other, task) = self.stripe_with_room(read, task)?;
-                let Ok(key) = other.shard().insert_unlisted(task, expiration_ms) else {
-                    unreachable!("a shard with room took no entry")
-                };
-                (other, key)
-            }
-        };
-        read.count(Count::Added, 1);
-        let entry = Entry {
-            index: key.index,
-            expiration_ms,
-        };
-        let mut expiring = Expiring::unbatched(&self.executor);
-        expiring.expire(read.shard(), entry);
-        let handle = TimerTaskEntry::pending(read.home(), read.shard(), key, expiration_ms);
-        expiring.finish(&self.executor, read);
-        Ok(handle)
-    }
-
-    /// `insert` for a task whose thread's shard is full: into another shard with room, or
-    /// refused. `own` is the full shard, locked.
-    #[cold]
-    fn insert_elsewhere(
-        &self,
-        own: ReadGuard<'_, TimingWheel>,
-        placement: Placement<'_>,
-        task: Box<dyn TimerTask>,
-        expiration_ms: i64,
-    ) -> Result<TimerTaskEntry, AddError> {
-        // A read lock was held all along, so the wheel's clocks did not move: `placement`
-        // holds.
-        let (mut read, task) = self.stripe_with_room(own, task)?;
-        let Ok(key) = read
-            .shard()
-            .insert(task, expiration_ms, placement.list.id())
-        else {
-            unreachable!("a shard with room took no entry")
-        };
-        read.count(Count::Added, 1);
+        // A read lock is held throughout, so the wheel's clocks do not move: `placement`
+        // holds in any shard.
+        let (mut read, key) = self.store(read, task, expiration_ms, Some(placement.list.id()))?;
         placement.joined();
         Ok(TimerTaskEntry::pending(
             read.home(),
@@ -532,24 +448,95 @@ impl SystemTimer {
         ))
     }
 
+    /// `insert` for a task already expired: hands it to the executor; or, on a timer with
+    /// `max_in_flight`, stores it and holds it like any task that comes due (see
+    /// [`Expiring`]).
+    #[cold]
+    fn insert_due(
+        &self,
+        read: ReadGuard<'_, TimingWheel>,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+    ) -> Result<TimerTaskEntry, AddError> {
+        if !self.executor.is_bounded() {
+            read.count(Count::Added, 1);
+            read.count(Count::Expired, 1);
+            // Counted under the read lock, so a concurrent `close` waits for the task; sent
+            // once the lock is released (see `Executor::hand_over`).
+            let handover = self.executor.hand_over_one(Expired {
+                task,
+                expiration_ms,
+            });
+            drop(read);
+            handover.send();
+            return Ok(TimerTaskEntry::expired(expiration_ms));
+        }
+        // A due task never waits, so it is never refused for being full: held, it counts as
+        // pending, past `max_pending` if need be.
+        self.reserve_pending(false);
+        let (mut read, key) = self.store(read, task, expiration_ms, None)?;
+        let mut expiring = Expiring::unbatched(&self.executor);
+        let index = key.index;
+        expiring.expire(
+            read.shard(),
+            Entry {
+                index,
+                expiration_ms,
+            },
+        );
+        let handle = TimerTaskEntry::pending(read.home(), read.shard(), key, expiration_ms);
+        expiring.finish(&self.executor, read);
+        Ok(handle)
+    }
+
+    /// Stores `task` in list `list` (`None`: in no list) of `read`'s shard, or, if that is
+    /// full, of another shard with room, whose read lock it returns with `read` released; or
+    /// refuses `task`, giving back its `max_pending` place, if every shard is full. It only
+    /// tries the others while `read` is held, never waiting for two locks at once.
+    #[inline]
+    fn store<'a>(
+        &'a self,
+        mut read: ReadGuard<'a, TimingWheel>,
+        task: Box<dyn TimerTask>,
+        expiration_ms: i64,
+        list: Option<u32>,
+    ) -> Result<(ReadGuard<'a, TimingWheel>, EntryKey), AddError> {
+        let insert = |read: &mut ReadGuard<'_, TimingWheel>, task| match list {
+            Some(id) => read.shard().insert(task, expiration_ms, id),
+            None => read.shard().insert_unlisted(task, expiration_ms),
+        };
+        let (read, key) = match insert(&mut read, task) {
+            Ok(key) => (read, key),
+            Err(task) => {
+                let other = (0..self.timing_wheel.stripes()).find_map(|stripe| {
+                    let mut other = self.timing_wheel.try_read(stripe)?;
+                    (!other.shard().is_full()).then_some(other)
+                });
+                let Some(mut other) = other else {
+                    if let Some((_, pending)) = &self.max_pending {
+                        pending.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    return Err(refuse(read, AddError::Full(task)));
+                };
+                drop(read);
+                let key = insert(&mut other, task).ok();
+                (other, key.expect("a shard with room took no entry"))
+            }
+        };
+        read.count(Count::Added, 1);
+        Ok((read, key))
+    }
+
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if
     /// the timer holds its maximum already and the entry is `bounded`.
     fn reserve_pending(&self, bounded: bool) -> bool {
-        match &self.max_pending {
-            None => true,
-            Some((max, pending)) => pending
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < *max || !bounded).then_some(n + 1)
-                })
-                .is_ok(),
-        }
-    }
-
-    /// Takes back a [`reserve_pending`](Self::reserve_pending) whose entry was not stored.
-    fn unreserve_pending(&self) {
-        if let Some((_, pending)) = &self.max_pending {
-            pending.fetch_sub(1, Ordering::AcqRel);
-        }
+        let Some((max, pending)) = &self.max_pending else {
+            return true;
+        };
+        let bump = |n| (n < *max || !bounded).then_some(n + 1);
+        pending
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, bump)
+            .is_ok()
     }
 
     /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
@@ -557,31 +544,78 @@ impl SystemTimer {
     fn expiration_after(&self, delay_ms: i64) -> i64 {
         self.clock.ms_ceil().saturating_add(delay_ms)
     }
+
+    /// The parts of the timer a flush works on.
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            queue: &self.delay_queue,
+            wheel: &self.timing_wheel,
+            executor: &self.executor,
+            closed: &self.closed,
+            time: &*self.time,
+        }
+    }
+
+    /// Closes the timer and returns what was still waiting (`None` if it was closed
+    /// already), after waiting for the tasks already on the executor: in every caller,
+    /// not only the one that closed it (Kafka's `close` awaits the executor in each call),
+    /// up to one deadline that all callers share (see `Executor::wait_idle`).
+    fn shut_down(&self) -> Option<Released> {
+        let cleared = {
+            // Taken also when closed already: a concurrent first caller may still be
+            // clearing, and no task reaches the executor once `closed` is set under it.
+            let mut write = self.timing_wheel.write();
+            if self.closed.swap(true, Ordering::AcqRel) {
+                None
+            } else {
+                self.delay_queue.close();
+                self.flusher.forget_unfinished();
+                let mut cleared = Released::default();
+                write
+                    .shards_mut()
+                    .iter_mut()
+                    .for_each(|s| cleared.absorb(s.clear()));
+                Some(cleared)
+            }
+        };
+        if let Some(cleared) = &cleared {
+            let waiting = cleared.task_count();
+            log::debug!(
+                "timer {}: closed, {waiting} tasks waiting",
+                self.executor_name
+            );
+        }
+        let left = self.executor.wait_idle(self.close_timeout);
+        // Once per timer: later closes, and the drop, give up at the same deadline.
+        if left > 0 && self.executor.first_give_up() {
+            log::warn!(
+                "timer {}: {left} tasks handed to the executor still unfinished after {:?}; \
+                 not waiting longer",
+                self.executor_name,
+                self.close_timeout,
+            );
+        }
+        self.executor.shut_down(left == 0);
+        self.metrics.record(&self.stats());
+        cleared
+    }
 }
 
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.expiration_after(delay_ms);
-        match self.insert(task, delay_ms, expiration_ms, true) {
-            Ok(entry) => entry,
-            Err(refused) => {
-                drop(refused);
-                TimerTaskEntry::refused(expiration_ms)
-            }
-        }
+        let expiration_ms = self.expiration_after(task.delay_ms());
+        self.insert(task, expiration_ms, true)
+            .unwrap_or_else(|_| TimerTaskEntry::refused(expiration_ms))
     }
 
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.expiration_after(delay_ms);
-        self.insert(task, delay_ms, expiration_ms, true)
+        let expiration_ms = self.expiration_after(task.delay_ms());
+        self.insert(task, expiration_ms, true)
     }
 
     fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.expiration_after(delay_ms);
-        self.insert(task, delay_ms, expiration_ms, false)
+        let expiration_ms = self.expiration_after(task.delay_ms());
+        self.insert(task, expiration_ms, false)
     }
 
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
@@ -617,29 +651,14 @@ impl Timer for SystemTimer {
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         let _metrics = self.metrics.record_on_return(|| self.stats());
         let deadline = deadline_after(timeout_ms);
-        loop {
-            if self.is_closed() {
+        while !self.is_closed() {
+            // A due list, or (with a flush left unfinished) a short pause first.
+            let Some(first) = self.flusher.poll(&self.delay_queue, deadline) else {
                 return false;
-            }
-            // Flushes an earlier call left unfinished go on after a short wait for a due
-            // list (see `flush`, "Pausing between budgets"); else wait for a due list.
-            let first = if self.flusher.has_unfinished() {
-                let pause = deadline_after(flush::FLUSH_PAUSE_MS);
-                // `None` is no deadline: the earlier of the two that exist.
-                let until = match (pause, deadline) {
-                    (Some(pause), Some(deadline)) => Some(pause.min(deadline)),
-                    (pause, deadline) => pause.or(deadline),
-                };
-                self.delay_queue.poll_until(until)
-            } else {
-                match self.delay_queue.poll_until(deadline) {
-                    Some(due) => Some(due),
-                    None => return false,
-                }
             };
             // Moves the clocks, then every due list's entries down the wheel or to the
             // executor: Kafka's `while (bucket != null)` loop, in chunks (see `flush`).
-            if self.flush(first) {
+            if self.flusher.flush(first, &self.parts()) {
                 return true;
             }
             // Nothing was flushed: the lists that came due went stale after the poll took
@@ -650,12 +669,13 @@ impl Timer for SystemTimer {
                 return false;
             }
         }
+        false
     }
 
     fn size(&self) -> usize {
         match &self.max_pending {
             // A bounded timer keeps the count exactly, one shared counter: never a moment
-            // above the bound (but for due tasks held), as a sum of the shards' lengths could be.
+            // above the bound (but for due tasks held), as a sum of the shards' could be.
             Some((_, pending)) => pending.load(Ordering::Acquire),
             None => self.timing_wheel.shards().counts().pending() as usize,
         }
@@ -667,73 +687,6 @@ impl Timer for SystemTimer {
 
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
         self.shut_down().map_or_else(Vec::new, Released::into_tasks)
-    }
-}
-
-impl SystemTimer {
-    /// For an `add` whose own stripe (`own`, locked) is full: returns the read lock of a
-    /// stripe whose shard has room, with `own` released, and `task` back; or refuses
-    /// `task`, giving back its `max_pending` reservation, if every shard is full. It only
-    /// tries the others while `own` is held (never waiting for two locks at once).
-    #[cold]
-    fn stripe_with_room<'a>(
-        &'a self,
-        own: ReadGuard<'a, TimingWheel>,
-        task: Box<dyn TimerTask>,
-    ) -> Result<(ReadGuard<'a, TimingWheel>, Box<dyn TimerTask>), AddError> {
-        let other = (0..self.timing_wheel.stripes()).find_map(|stripe| {
-            let mut read = self.timing_wheel.try_read(stripe)?;
-            (!read.shard().is_full()).then_some(read)
-        });
-        let Some(other) = other else {
-            self.unreserve_pending();
-            return Err(refuse(own, AddError::Full(task)));
-        };
-        drop(own);
-        Ok((other, task))
-    }
-
-    /// Closes the timer and returns what was still waiting (`None` if it was closed
-    /// already), after waiting for the tasks already on the executor: in every caller,
-    /// not only the one that closed it (Kafka's `close` awaits the executor in each call),
-    /// up to one deadline that all callers share (see `Executor::wait_idle`).
-    fn shut_down(&self) -> Option<Released> {
-        let cleared = {
-            // Taken also when closed already: a concurrent first caller may still be
-            // clearing, and no task reaches the executor once `closed` is set under it.
-            let mut write = self.timing_wheel.write();
-            if self.closed.swap(true, Ordering::AcqRel) {
-                None
-            } else {
-                self.delay_queue.close();
-                let mut cleared = Released::default();
-                for shard in write.shards_mut() {
-                    cleared.absorb(shard.clear());
-                }
-                self.flusher.forget_unfinished();
-                Some(cleared)
-            }
-        };
-        if let Some(cleared) = &cleared {
-            log::debug!(
-                "timer {}: closed with {} tasks still waiting",
-                self.executor_name,
-                cleared.task_count()
-            );
-        }
-        let left = self.executor.wait_idle(self.close_timeout);
-        // Once per timer: later closes, and the drop, give up at the same deadline.
-        if left > 0 && self.executor.first_give_up() {
-            log::warn!(
-                "timer {}: {left} tasks handed to the executor still unfinished after \
-                 {:?}; not waiting longer",
-                self.executor_name,
-                self.close_timeout,
-            );
-        }
-        self.executor.shut_down(left == 0);
-        self.metrics.record(&self.stats());
-        cleared
     }
 }
 
