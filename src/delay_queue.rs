@@ -87,13 +87,6 @@ impl<T> Ord for Item<T> {
 }
 
 impl<T> DelayQueue<T> {
-    /// Creates an empty queue whose due times are read on `time`'s
-    /// [`hi_res_clock_ms`](Time::hi_res_clock_ms).
-    #[cfg(test)]
-    pub(crate) fn new(time: Arc<dyn Time>) -> Self {
-        DelayQueue::pruning(time, |_, _| false)
-    }
-
     /// Creates an empty queue whose items go stale when `is_stale(value, due_ms)` says so.
     pub(crate) fn pruning(time: Arc<dyn Time>, is_stale: fn(&T, i64) -> bool) -> Self {
         DelayQueue {
@@ -142,14 +135,6 @@ impl<T> DelayQueue<T> {
         let mut state = self.state.lock();
         let now_ms = self.time.hi_res_clock_ms();
         self.take_due(&mut state, now_ms)
-    }
-
-    /// Removes and returns the head and its due time once it is due, waiting at most
-    /// `timeout_ms` (zero or negative: not at all). Returns `None` on timeout, or at once
-    /// when the queue is closed.
-    #[cfg(test)]
-    pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<Due<T>> {
-        self.poll_until(deadline_after(timeout_ms))
     }
 
     /// Removes and returns the head and its due time once it is due, waiting until
@@ -205,18 +190,6 @@ impl<T> DelayQueue<T> {
         }
     }
 
-    /// Returns the number of items, due or not.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.state.lock().heap.len()
-    }
-
-    /// Returns how many items the heap's buffer holds without growing.
-    #[cfg(test)]
-    fn capacity(&self) -> usize {
-        self.state.lock().heap.capacity()
-    }
-
     /// Drops every item, refuses later offers and makes every poll, current or future,
     /// return `None` at once.
     pub(crate) fn close(&self) {
@@ -245,6 +218,31 @@ impl<T> fmt::Debug for DelayQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl<T> DelayQueue<T> {
+        /// Creates an empty queue whose due times are read on `time`'s
+        /// [`hi_res_clock_ms`](Time::hi_res_clock_ms).
+        pub(crate) fn new(time: Arc<dyn Time>) -> Self {
+            DelayQueue::pruning(time, |_, _| false)
+        }
+
+        /// Removes and returns the head and its due time once it is due, waiting at most
+        /// `timeout_ms` (zero or negative: not at all). Returns `None` on timeout, or at once
+        /// when the queue is closed.
+        pub(crate) fn poll_timeout(&self, timeout_ms: i64) -> Option<Due<T>> {
+            self.poll_until(deadline_after(timeout_ms))
+        }
+
+        /// Returns the number of items, due or not.
+        pub(crate) fn len(&self) -> usize {
+            self.state.lock().heap.len()
+        }
+
+        /// Returns how many items the heap's buffer holds without growing.
+        fn capacity(&self) -> usize {
+            self.state.lock().heap.capacity()
+        }
+    }
     use crate::mock::MockTime;
     use crate::time::SystemClock;
     use std::thread;

@@ -124,14 +124,8 @@ fn saturate(value: i128) -> i64 {
 /// instant of its `add` plus its delay (Kafka rounds down and so fires up to 1 ms early).
 pub(crate) fn hi_res_clock_ms_ceil(time: &dyn Time) -> i64 {
     let nanos = time.nanoseconds_wide();
-    match i64::try_from(nanos) {
-        // In i64 whenever it fits, as in `hi_res_clock_ms`.
-        Ok(nanos) => ceil_ms(nanos),
-        Err(_) => saturate(
-            nanos.div_euclid(NANOS_PER_MS_WIDE)
-                + i128::from(nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0),
-        ),
-    }
+    let rounded_up = nanos.rem_euclid(NANOS_PER_MS_WIDE) != 0;
+    saturate(nanos.div_euclid(NANOS_PER_MS_WIDE) + i128::from(rounded_up))
 }
 
 /// Returns how long, from `time`'s reading now, until its millisecond reading reaches
@@ -164,22 +158,6 @@ pub(crate) fn time_until_ms(time: &dyn Time, due_ms: i64) -> Duration {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-impl SystemClock {
-    /// Returns the monotonic nanosecond reading ([`Time::nanoseconds`]), without a call
-    /// through `dyn Time`.
-    #[inline]
-    pub(crate) fn now_ns() -> i64 {
-        i64::try_from(clock::now_ns()).unwrap_or(i64::MAX)
-    }
-
-    /// Returns [`hi_res_clock_ms_ceil`] of the system clock, the fast way `add` needs (see
-    /// `clock`).
-    #[inline]
-    pub(crate) fn ms_ceil() -> i64 {
-        i64::try_from(clock::ms_ceil()).unwrap_or(i64::MAX)
-    }
-}
-
 /// A timer's clock, as its hot paths read it: the system clock without a call through
 /// `dyn Time` (and `add`'s millisecond through `clock`'s fast ceiling), or the clock its
 /// builder was given.
@@ -202,7 +180,7 @@ impl TimerClock {
     #[inline]
     pub(crate) fn ms_ceil(&self) -> i64 {
         match self {
-            TimerClock::System => SystemClock::ms_ceil(),
+            TimerClock::System => clock::ms_ceil() as i64,
             TimerClock::Other(time) => hi_res_clock_ms_ceil(&**time),
         }
     }
@@ -211,16 +189,10 @@ impl TimerClock {
     #[inline]
     pub(crate) fn now_ns(&self) -> i128 {
         match self {
-            TimerClock::System => i128::from(SystemClock::now_ns()),
+            TimerClock::System => i128::from(clock::now_ns()),
             TimerClock::Other(time) => time.nanoseconds_wide(),
         }
     }
-}
-
-/// Rounds a nanosecond reading up to a millisecond one.
-#[inline]
-fn ceil_ms(nanos: i64) -> i64 {
-    nanos.div_euclid(NANOS_PER_MS) + i64::from(nanos.rem_euclid(NANOS_PER_MS) != 0)
 }
 
 impl Time for SystemClock {
@@ -232,7 +204,7 @@ impl Time for SystemClock {
     }
 
     fn nanoseconds(&self) -> i64 {
-        SystemClock::now_ns()
+        i64::try_from(clock::now_ns()).unwrap_or(i64::MAX)
     }
 
     fn sleep(&self, ms: i64) {
@@ -278,21 +250,20 @@ mod clock {
 
     /// An offset so that readings are large and positive from the start, as Java's are; code
     /// that subtracts a delay from "now" then stays far from `i64::MIN`.
-    const ORIGIN_OFFSET_NANOS: u64 = 1_000_000_000_000_000;
+    const ORIGIN_OFFSET_NANOS: u128 = 1_000_000_000_000_000;
 
     /// Returns the system clock's monotonic reading, in nanoseconds: the time since the first
     /// reading of the process, plus [`ORIGIN_OFFSET_NANOS`]. Good for 584 years.
-    pub(crate) fn now_ns() -> u64 {
+    pub(super) fn now_ns() -> u64 {
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
-        let since = ORIGIN.get_or_init(Instant::now).elapsed();
-        let nanos = since.as_secs() * 1_000_000_000 + u64::from(since.subsec_nanos());
-        nanos.saturating_add(ORIGIN_OFFSET_NANOS)
+        let since = ORIGIN.get_or_init(Instant::now).elapsed().as_nanos();
+        u64::try_from(since + ORIGIN_OFFSET_NANOS).unwrap_or(u64::MAX)
     }
 
     /// Returns [`now_ns`] rounded up to a millisecond, reading the clock only when the thread's
     /// last millisecond may have ended.
     #[inline]
-    pub(crate) fn ms_ceil() -> u64 {
+    pub(super) fn ms_ceil() -> u64 {
         let Some(ticks) = counter() else {
             return now_ns().div_ceil(NANOS_PER_MS);
         };

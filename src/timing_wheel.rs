@@ -288,33 +288,15 @@ impl TimingWheel {
     pub(crate) fn current_time_ms(&self) -> i64 {
         self.current_time_ms.load(Ordering::Relaxed)
     }
-
-    /// Returns the levels created so far, this one first.
-    #[cfg(test)]
-    pub(crate) fn levels(&self) -> Vec<&TimingWheel> {
-        let mut levels = vec![self];
-        while let Some(next) = levels.last().and_then(|w| w.overflow_wheel.get()) {
-            levels.push(next);
-        }
-        levels
-    }
-
-    /// Returns this level's lists.
-    #[cfg(test)]
-    pub(crate) fn lists(&self) -> &[Arc<TimerTaskList>] {
-        &self.lists
-    }
 }
 
 impl fmt::Debug for TimingWheel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TimingWheel")
-            .field("level", &self.level)
-            .field("tick_ms", &self.shape.tick_ms)
-            .field("interval_ms", &self.shape.interval_ms)
-            .field("current_time_ms", &self.current_time_ms())
-            .field("overflow_wheel", &self.overflow_wheel.get())
-            .finish()
+        let (level, now_ms) = (self.level, self.current_time_ms());
+        write!(
+            f,
+            "TimingWheel {{ level: {level}, current_time_ms: {now_ms}, .. }}"
+        )
     }
 }
 
@@ -470,12 +452,6 @@ impl Geometry {
     }
 
     /// Returns the list an entry expiring at `expiration_ms` belongs to at `level`.
-    #[cfg(test)]
-    pub(crate) fn list_for(&self, level: usize, expiration_ms: i64) -> ListFor {
-        let shape = &self.levels[level];
-        self.list_at(shape, shape.epoch_ms, expiration_ms)
-    }
-
     /// Returns the list an entry expiring at `expiration_ms` belongs to at the level of
     /// shape `shape` (one of this geometry's), whose epoch is now `epoch_ms`.
     #[inline]
@@ -561,6 +537,29 @@ fn level_count(tick_ms: i64, wheel_size: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl TimingWheel {
+        /// Returns the levels created so far, this one first.
+        pub(crate) fn levels(&self) -> Vec<&TimingWheel> {
+            let mut levels = vec![self];
+            while let Some(next) = levels.last().and_then(|w| w.overflow_wheel.get()) {
+                levels.push(next);
+            }
+            levels
+        }
+
+        /// Returns this level's lists.
+        pub(crate) fn lists(&self) -> &[Arc<TimerTaskList>] {
+            &self.lists
+        }
+    }
+
+    impl Geometry {
+        pub(crate) fn list_for(&self, level: usize, expiration_ms: i64) -> ListFor {
+            let shape = &self.levels[level];
+            self.list_at(shape, shape.epoch_ms, expiration_ms)
+        }
+    }
     use crate::mock::MockTime;
     use crate::store::shard::StripedRwLock;
 

@@ -206,18 +206,22 @@ impl Default for MockTimer {
 }
 
 impl MockTimer {
+    /// The clock's reading plus `delay_ms`, saturating.
+    fn expiration_after(&self, delay_ms: i64) -> i64 {
+        self.time.hi_res_clock_ms().saturating_add(delay_ms)
+    }
+
     /// `add` and `try_add`: takes `task` at `expiration_ms` (running it now if it is due),
     /// or says why not.
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
-        delay_ms: i64,
         expiration_ms: i64,
     ) -> Result<TimerTaskEntry, AddError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(AddError::Closed(task));
         }
-        if due_at_once(delay_ms) {
+        if due_at_once(task.delay_ms()) {
             task.run();
             return Ok(TimerTaskEntry::expired(expiration_ms));
         }
@@ -248,26 +252,16 @@ impl MockTimer {
 
 impl Timer for MockTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
-        match self.insert(task, delay_ms, expiration_ms) {
-            Ok(entry) => entry,
-            Err(refused) => {
-                drop(refused);
-                TimerTaskEntry::refused(expiration_ms)
-            }
-        }
+        let expiration_ms = self.expiration_after(task.delay_ms());
+        self.insert(task, expiration_ms)
+            .unwrap_or_else(|_| TimerTaskEntry::refused(expiration_ms))
     }
 
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        let delay_ms = task.delay_ms();
-        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
-        self.insert(task, delay_ms, expiration_ms)
+        let expiration_ms = self.expiration_after(task.delay_ms());
+        self.insert(task, expiration_ms)
     }
 
-    /// Moves the task to `delay_ms` from now (see [`Timer::reschedule`]). A task moved to a
-    /// delay <= 0 runs inside this call, on the caller's thread, like an `add` of one. In
-    /// the run order it goes after the tasks already due at its new expiration.
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
         let Some((shard, key)) = entry.location() else {
             return false;
@@ -275,7 +269,7 @@ impl Timer for MockTimer {
         if !std::ptr::eq(shard, self.shard()) {
             return false;
         }
-        let expiration_ms = self.time.hi_res_clock_ms().saturating_add(delay_ms);
+        let expiration_ms = self.expiration_after(delay_ms);
         let mut order = self.order.lock();
         if self.closed.load(Ordering::Acquire) {
             return false;
