@@ -230,30 +230,19 @@ pub trait IntoDelayMs {
     fn into_delay_ms(self) -> i64;
 }
 
-impl IntoDelayMs for i64 {
-    fn into_delay_ms(self) -> i64 {
-        self
-    }
+/// Milliseconds as Kafka writes them (`i64`), as a config gives them (`u32`, `u64`: beyond
+/// `i64::MAX` they saturate), and `i32`, an unsuffixed literal's type once the other integer
+/// impls make it ambiguous.
+macro_rules! integer_delays {
+    ($($integer:ty),*) => {$(
+        impl IntoDelayMs for $integer {
+            fn into_delay_ms(self) -> i64 {
+                i64::try_from(self).unwrap_or(i64::MAX)
+            }
+        }
+    )*};
 }
-
-/// An unsuffixed integer literal's type, once the other integer impls make it ambiguous.
-impl IntoDelayMs for i32 {
-    fn into_delay_ms(self) -> i64 {
-        self.into()
-    }
-}
-
-impl IntoDelayMs for u32 {
-    fn into_delay_ms(self) -> i64 {
-        self.into()
-    }
-}
-
-impl IntoDelayMs for u64 {
-    fn into_delay_ms(self) -> i64 {
-        i64::try_from(self).unwrap_or(i64::MAX)
-    }
-}
+integer_delays!(i64, i32, u32, u64);
 
 impl IntoDelayMs for Duration {
     fn into_delay_ms(self) -> i64 {
