@@ -26,7 +26,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -40,6 +40,9 @@ pub(crate) struct DelayQueue<T> {
     is_stale: fn(&T, i64) -> bool,
     state: Mutex<State<T>>,
     available: Condvar,
+    /// Called, besides waking the pollers, when an offer makes a new head: the wake-up of a
+    /// shared driver that does not poll this queue (see `system_timer_reaper`).
+    waker: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 struct State<T> {
@@ -99,7 +102,21 @@ impl<T> DelayQueue<T> {
                 closed: false,
             }),
             available: Condvar::new(),
+            waker: OnceLock::new(),
         }
+    }
+
+    /// Sets what an offer that makes a new head calls, once.
+    pub(crate) fn set_waker(&self, waker: impl Fn() + Send + Sync + 'static) {
+        let _ = self.waker.set(Box::new(waker));
+    }
+
+    /// Returns how long until the head is due (zero once it is), or `None` when the queue
+    /// is empty or closed.
+    pub(crate) fn time_until_head(&self) -> Option<Duration> {
+        let state = self.state.lock();
+        let head = state.heap.peek().filter(|_| !state.closed)?;
+        Some(time_until_ms(&*self.time, head.0.due_ms))
     }
 
     /// Adds `value`, due at `due_ms`. Wakes the pollers if it is the new head. Dropped at
@@ -127,6 +144,9 @@ impl<T> DelayQueue<T> {
         drop(state);
         if is_head {
             self.available.notify_all();
+            if let Some(waker) = self.waker.get() {
+                waker();
+            }
         }
     }
 

@@ -186,7 +186,7 @@ pub use schedule::missed_ticks::MissedTicks;
 pub use schedule::periodic::{PeriodicHandle, schedule_periodic};
 pub use schedule::send_task::send_task;
 pub use system_timer::{SystemTimer, SystemTimerBuilder};
-pub use system_timer_reaper::SystemTimerReaper;
+pub use system_timer_reaper::{SharedReaperTimer, SharedSystemTimerReaper, SystemTimerReaper};
 pub use task::{FnTask, IntoDelayMs, TimerTask, timer_task};
 /// The crate of the pool [`SystemTimerBuilder::threadpool`] takes, so that a caller's pool
 /// is of the same version.

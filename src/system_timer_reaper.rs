@@ -1,30 +1,25 @@
-//! Kafka's `SystemTimerReaper`: a timer with its own driver thread.
+//! Kafka's `SystemTimerReaper`, a timer with a driver thread of its own, and the
+//! `SharedSystemTimerReaper`, one driver thread for several timers (KAFKA-19937).
 //!
 //! # Ground rules
 //!
-//! - The wrapped timer is shared (`Arc<T>`) by the handle and the reaper thread; the thread
-//!   only calls `advance_clock(200)` on it, in the reapers' loop (`threads::reaper`). The
-//!   handle keeps its type, so that `get_ref` can lend it out.
-//! - `close` and `stop` ask the loop to stop, then close the wrapped timer (which wakes a
-//!   thread blocked in `SystemTimer::advance_clock`), then join the thread. So an idle
-//!   reaper closes in the time it takes to wake and join a thread, not in one poll; called
-//!   on the reaper thread itself, they do not wait for it.
+//! The lock order is in `crate::lock_order`. Here:
 //!
-//! # The reaper thread
-//!
-//!
-//! - Each `poll` may block for up to `period` and returns whether it did work. After one
-//!   that did none (a closed timer, a timer that does not block, such as `MockTimer`, or a
-//!   panic), the thread waits out the rest of `period` on the stop channel, so it never
-//!   spins, and [`ReaperThread::request_stop`] ends that wait at once: it drops the channel's
-//!   only sender, and a disconnected channel answers every wait straight away.
-//! - A panic in `poll` is caught and logged with the thread's name, and the loop goes on.
-//! - `thread` (the join handle) is taken by the first `join` from another thread, which
-//!   joins it *while holding the mutex*, so a concurrent `join` returns only once the
-//!   thread has ended. A `join` on the reaper thread itself (from a task of a timer that
-//!   runs tasks on its caller, such as `MockTimer`) never touches that mutex: the thread
-//!   ends after the current poll.
-//! - The two mutexes are leaves, never held together, and no user code runs under either.
+//! - A reaper's thread calls `advance_clock(200)` on its timer, in a loop; a shared
+//!   reaper's thread gives each timer it drives a `SystemTimer::turn` in a loop, then sleeps
+//!   until the earliest due list among them (at most 200 ms, Kafka's poll), unless a wake-up
+//!   comes first: an offer that makes a new head of a timer's delay queue, a `drive`, a stop.
+//! - The thread's loop (`ReaperThread`) catches and logs a panic out of a poll and goes on;
+//!   after a poll with no work it waits, so it never spins. A stop sets `stopping` and wakes
+//!   the wait at once. `thread` (the join handle) is taken by the first `join` from another
+//!   thread, which joins it while holding the mutex, so a concurrent `join` returns only
+//!   once the thread has ended; on the reaper thread itself `join` returns at once.
+//! - `close` and `stop` ask the loop to stop, then close the timers (which wakes a thread
+//!   blocked in `SystemTimer::advance_clock`), then join the thread: an idle reaper closes
+//!   in the time it takes to wake and join a thread.
+//! - A shared reaper's `timers` mutex is a leaf: taken by `drive`, by a driven timer's
+//!   `close` and by the thread to copy the list, with no other lock held; no timer is
+//!   called under it. `closed` is set under it, so no timer joins a closed reaper.
 
 use std::any::Any;
 use std::fmt;
@@ -34,16 +29,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::executor::panic_message;
-#[cfg(doc)]
 use crate::system_timer::SystemTimer;
 use crate::timer::{Timer, forward_timer};
 
-/// How long one poll of the reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`).
+/// How long one poll of a reaper waits for a bucket (Kafka's `WORK_TIMEOUT_MS`), and the
+/// longest a shared reaper sleeps.
 const WORK_TIMEOUT_MS: i64 = 200;
+const WORK_TIMEOUT: Duration = Duration::from_millis(WORK_TIMEOUT_MS as u64);
 
 /// Kafka's `SystemTimerReaper`: wraps a timer and drives it from a thread of its own, which
 /// calls `advance_clock(200)` until the reaper is closed.
@@ -123,12 +119,9 @@ impl SystemTimerReaper {
         let timer = Arc::new(timer);
         let wrapped = Arc::clone(&timer);
         let polled = Arc::clone(&timer);
-        let thread = ReaperThread::spawn(
-            format!("reaper {reaper_name}"),
-            reaper_name.to_owned(),
-            Duration::from_millis(WORK_TIMEOUT_MS as u64),
-            move || polled.advance_clock(WORK_TIMEOUT_MS),
-        );
+        let thread = ReaperThread::spawn(reaper_name, WORK_TIMEOUT, move || {
+            polled.advance_clock(WORK_TIMEOUT_MS)
+        });
         SystemTimerReaper {
             timer,
             wrapped,
@@ -167,8 +160,6 @@ forward_timer! {
     impl[] for SystemTimerReaper,
     inner: |self| self.timer,
     wrap: |task| task,
-    // Stops the loop, closes the wrapped timer (which wakes a thread blocked in its
-    // `advance_clock`), then joins the thread; see "Shutting down".
     close: {
         self.thread.request_stop();
         self.timer.close();
@@ -190,16 +181,224 @@ impl Drop for SystemTimerReaper {
 
 impl fmt::Debug for SystemTimerReaper {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SystemTimerReaper")
-            .field("is_shutdown", &self.is_shutdown())
-            .finish_non_exhaustive()
+        let shutdown = self.is_shutdown();
+        write!(f, "SystemTimerReaper {{ is_shutdown: {shutdown}, .. }}")
+    }
+}
+
+/// One thread that drives several [`SystemTimer`]s, as Kafka's shared reaper (KAFKA-19937)
+/// lets several components share one: a service with eight purgatories runs one driver
+/// thread instead of eight. Cloning it shares the one thread.
+///
+/// [`drive`](Self::drive) hands it a timer, which then keeps its own wheel, delay queue,
+/// executor, size, stats and close. The thread sleeps until the earliest due task of any
+/// timer it drives, and is woken by whatever makes an earlier one: an `add`, a
+/// `reschedule` to an earlier time (also through a [`KeyedTimer`](crate::KeyedTimer)), or
+/// `drive` of a timer with tasks already due. With nothing due it wakes at most 5 times a
+/// second, whatever the number of timers (Kafka's reaper: 5 a second per timer).
+///
+/// # Sharing its time
+///
+/// It takes the timers' due work in turns: each turn of a timer flushes at most one flush
+/// budget of entries (8,192) and leaves the rest for its next turn, after every other
+/// timer's. So a flood of due tasks on one timer holds another timer's due task back by at
+/// most about one budget, never until the flood is done. A panic out of a timer's turn is
+/// logged and the thread goes on; a closed timer leaves the rotation.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+/// use timingwheel::{timer_task, SharedSystemTimerReaper, SystemTimer, Timer};
+///
+/// let reaper = SharedSystemTimerReaper::new("reaper");
+/// let produce = reaper.drive(SystemTimer::new("produce"));
+/// let fetch = reaper.drive(SystemTimer::new("fetch"));
+/// let (fired, fired_rx) = mpsc::channel();
+/// for timer in [&produce, &fetch] {
+///     let fired = fired.clone();
+///     timer.add(timer_task(10, move || fired.send(()).unwrap()));
+/// }
+/// for _ in 0..2 {
+///     fired_rx.recv_timeout(Duration::from_secs(5)).expect("one thread drove both");
+/// }
+/// assert_eq!(reaper.timers(), 2);
+/// fetch.close();
+/// assert_eq!(reaper.timers(), 1, "the other timer is still driven");
+/// reaper.close();
+/// assert!(produce.get_ref().is_closed(), "closing the reaper closed what it drove");
+/// ```
+#[derive(Clone)]
+pub struct SharedSystemTimerReaper {
+    handle: Arc<SharedHandle>,
+}
+
+/// What the clones of a shared reaper share: the last one dropped closes it.
+struct SharedHandle {
+    driver: Arc<Driver>,
+    thread: ReaperThread,
+}
+
+/// What the thread and the timers it drives share.
+struct Driver {
+    /// The open timers it drives; `closed` is set under it (see the ground rules).
+    timers: Mutex<Vec<Arc<SystemTimer>>>,
+    closed: AtomicBool,
+}
+
+impl SharedSystemTimerReaper {
+    /// Starts the driver thread, named `reaper_name`.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the thread cannot be spawned.
+    pub fn new(reaper_name: &str) -> SharedSystemTimerReaper {
+        let driver = Arc::new(Driver {
+            timers: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        });
+        let driven = Arc::clone(&driver);
+        let thread = ReaperThread::spawn_waiting(reaper_name, move || driven.turns());
+        let handle = Arc::new(SharedHandle { driver, thread });
+        SharedSystemTimerReaper { handle }
+    }
+
+    /// Drives `timer` from now on. The returned timer delegates to it; closing or dropping
+    /// it closes `timer` and stops driving it, and leaves every other timer driven. On a
+    /// reaper already closed, the returned timer is closed at once.
+    pub fn drive(&self, timer: SystemTimer) -> SharedReaperTimer {
+        let timer = Arc::new(timer);
+        let driver = Arc::clone(&self.handle.driver);
+        let mut timers = driver.timers.lock();
+        if driver.closed.load(Ordering::Acquire) {
+            drop(timers);
+            timer.close();
+        } else {
+            let wake = self.handle.thread.waker();
+            timer.set_waker(move || {
+                let _ = wake.try_send(());
+            });
+            timers.push(Arc::clone(&timer));
+            drop(timers);
+            // A timer with tasks due already needs a turn before the thread's next wake.
+            let _ = self.handle.thread.waker().try_send(());
+        }
+        SharedReaperTimer { timer, driver }
+    }
+
+    /// Returns how many open timers it drives.
+    pub fn timers(&self) -> usize {
+        self.handle.driver.timers.lock().len()
+    }
+
+    /// Closes every timer it still drives (none is left open and undriven), then stops and
+    /// joins the thread. Idempotent; dropping the last clone does the same. From a task of a
+    /// timer it drives, it does not wait for the thread (which ends after its turn).
+    pub fn close(&self) {
+        self.handle.close();
+    }
+}
+
+impl SharedHandle {
+    fn close(&self) {
+        let timers = {
+            let mut timers = self.driver.timers.lock();
+            self.driver.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *timers)
+        };
+        timers.iter().for_each(|timer| timer.close());
+        self.thread.request_stop();
+        self.thread.join();
+    }
+}
+
+impl Drop for SharedHandle {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Driver {
+    /// One turn of every timer; returns how long the thread may sleep.
+    fn turns(&self) -> Duration {
+        let timers = self.timers.lock().clone();
+        let mut sleep = WORK_TIMEOUT;
+        for timer in timers {
+            match catch_unwind(AssertUnwindSafe(|| timer.turn())) {
+                Ok(next) => sleep = next.map_or(sleep, |next| next.min(sleep)),
+                Err(panic) => {
+                    let name = timer.executor_name();
+                    log::error!("timer {name}: a turn panicked: {}", panic_message(&*panic));
+                }
+            }
+        }
+        sleep
+    }
+}
+
+impl fmt::Debug for SharedSystemTimerReaper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let closed = self.handle.driver.closed.load(Ordering::Relaxed);
+        write!(f, "SharedSystemTimerReaper {{ closed: {closed}, .. }}")
+    }
+}
+
+/// A [`SystemTimer`] driven by a [`SharedSystemTimerReaper`]: made by its
+/// [`drive`](SharedSystemTimerReaper::drive). Closing or dropping it closes the timer and
+/// takes it out of the reaper's rotation.
+pub struct SharedReaperTimer {
+    timer: Arc<SystemTimer>,
+    driver: Arc<Driver>,
+}
+
+impl SharedReaperTimer {
+    /// Returns the timer it is, for its `stats`, `lateness` and `next_expiration_ms`.
+    pub fn get_ref(&self) -> &SystemTimer {
+        &self.timer
+    }
+
+    /// Takes the timer out of the reaper's rotation.
+    fn leave(&self) {
+        self.driver
+            .timers
+            .lock()
+            .retain(|timer| !Arc::ptr_eq(timer, &self.timer));
+    }
+}
+
+forward_timer! {
+    impl[] for SharedReaperTimer,
+    inner: |self| self.timer,
+    wrap: |task| task,
+    close: {
+        self.timer.close();
+        self.leave();
+    },
+    stop: {
+        let waiting = self.timer.stop();
+        self.leave();
+        waiting
+    },
+}
+
+impl Drop for SharedReaperTimer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl fmt::Debug for SharedReaperTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SharedReaperTimer {{ timer: {:?} }}", self.timer)
     }
 }
 
 /// A named thread that polls until asked to stop (see the module's ground rules).
 pub(crate) struct ReaperThread {
-    /// The stop channel's only sender; dropped to stop the thread.
-    stop: Mutex<Option<Sender<()>>>,
+    /// Holds at most one wake-up: the thread's next wait ends at once.
+    wake: Sender<()>,
+    stopping: Arc<AtomicBool>,
     /// Taken and joined, under the lock, by the first `join` from another thread.
     thread: Mutex<Option<JoinHandle<()>>>,
     thread_id: ThreadId,
@@ -207,48 +406,66 @@ pub(crate) struct ReaperThread {
 }
 
 impl ReaperThread {
-    /// Starts the thread `thread_name`, which logs as `log_name` and calls `poll` until
-    /// [`request_stop`](Self::request_stop).
-    ///
-    /// # Panics
-    ///
-    /// Panics if the thread cannot be spawned.
+    /// Starts the thread `name`, which calls `poll` until stopped; after a poll that did no
+    /// work it waits out the rest of `period` (Kafka's reapers: `advanceClock(200)`).
     pub(crate) fn spawn(
-        log_name: String,
-        thread_name: String,
+        name: &str,
         period: Duration,
         mut poll: impl FnMut() -> bool + Send + 'static,
     ) -> ReaperThread {
-        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let finished = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let finished = Arc::clone(&finished);
-            std::thread::Builder::new()
-                .name(thread_name.clone())
-                .spawn(move || {
-                    log::debug!("{log_name}: started");
-                    reap(&log_name, period, &stopped, &mut poll);
-                    log::debug!("{log_name}: stopped");
-                    finished.store(true, Ordering::Release);
-                })
-                .unwrap_or_else(|e| panic!("cannot spawn reaper thread {thread_name:?}: {e}"))
-        };
+        ReaperThread::spawn_waiting(name, move || {
+            let deadline = Instant::now() + period;
+            match poll() {
+                true => Duration::ZERO,
+                false => deadline.saturating_duration_since(Instant::now()),
+            }
+        })
+    }
+
+    /// Starts the thread `name`, which calls `poll` until stopped, and after each call
+    /// waits as long as it returned, or until woken.
+    pub(crate) fn spawn_waiting(
+        name: &str,
+        mut poll: impl FnMut() -> Duration + Send + 'static,
+    ) -> ReaperThread {
+        let (wake, woken) = crossbeam_channel::bounded::<()>(1);
+        let (stopping, finished) = (Arc::default(), Arc::<AtomicBool>::default());
+        let (stop, done, log_name) = (
+            Arc::clone(&stopping),
+            Arc::clone(&finished),
+            name.to_owned(),
+        );
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                log::debug!("reaper {log_name}: started");
+                reap(&log_name, &stop, &woken, &mut poll);
+                log::debug!("reaper {log_name}: stopped");
+                done.store(true, Ordering::Release);
+            })
+            .unwrap_or_else(|e| panic!("cannot spawn reaper thread {name:?}: {e}"));
         ReaperThread {
-            stop: Mutex::new(Some(stop)),
+            wake,
+            stopping,
             thread_id: thread.thread().id(),
             thread: Mutex::new(Some(thread)),
             finished,
         }
     }
 
-    /// Asks the thread to stop after its current poll, and wakes it where it waits.
-    pub(crate) fn request_stop(&self) {
-        drop(self.stop.lock().take());
+    /// Returns what wakes the thread out of its wait (`try_send`).
+    pub(crate) fn waker(&self) -> Sender<()> {
+        self.wake.clone()
     }
 
-    /// Unless called on the reaper thread, waits until it has ended.
+    /// Asks the thread to stop, ending its wait at once.
+    pub(crate) fn request_stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.wake.try_send(());
+    }
+
+    /// Waits for the thread to end, unless called on it (it ends after its current poll).
     pub(crate) fn join(&self) {
-        // On the reaper thread itself, there is nothing to wait for: it ends after this poll.
         if std::thread::current().id() != self.thread_id {
             // Joined under the lock: a concurrent `join` waits here until the thread ended.
             let mut thread = self.thread.lock();
@@ -264,30 +481,30 @@ impl ReaperThread {
     }
 }
 
-/// The thread's loop: polls until the stop channel is disconnected.
-fn reap(log_name: &str, period: Duration, stopped: &Receiver<()>, poll: &mut dyn FnMut() -> bool) {
-    // Nothing is ever sent: the channel only ever reports its disconnection.
-    let stop_requested = || matches!(stopped.try_recv(), Err(TryRecvError::Disconnected));
-    while !stop_requested() {
-        let started = Instant::now();
-        match catch_unwind(AssertUnwindSafe(&mut *poll)) {
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(panic) => log::error!(
-                "{log_name}: a poll panicked: {}; reaping on",
+/// The thread's loop: polls, then waits as long as the poll said, until stopped.
+fn reap(
+    name: &str,
+    stopping: &AtomicBool,
+    woken: &Receiver<()>,
+    poll: &mut dyn FnMut() -> Duration,
+) {
+    while !stopping.load(Ordering::Acquire) {
+        let wait = catch_unwind(AssertUnwindSafe(&mut *poll)).unwrap_or_else(|panic| {
+            log::error!(
+                "reaper {name}: a poll panicked: {}; reaping on",
                 panic_message(&*panic)
-            ),
-        }
-        if let Err(RecvTimeoutError::Disconnected) = stopped.recv_deadline(started + period) {
+            );
+            WORK_TIMEOUT
+        });
+        if !wait.is_zero() && woken.recv_timeout(wait) == Err(RecvTimeoutError::Disconnected) {
             return;
         }
     }
 }
 
-impl std::fmt::Debug for ReaperThread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReaperThread")
-            .field("finished", &self.is_finished())
-            .finish_non_exhaustive()
+impl fmt::Debug for ReaperThread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let finished = self.is_finished();
+        write!(f, "ReaperThread {{ finished: {finished}, .. }}")
     }
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::probe::Probe;
 use common::sync::{barrier, eventually};
 use timingwheel::{
-    DelayedOperationPurgatory, SystemTimer, SystemTimerReaper, Timer, TimerTaskEntry, timer_task,
+    DelayedOperationPurgatory, SharedSystemTimerReaper, SystemTimer, SystemTimerReaper, Timer,
+    TimerTaskEntry, timer_task,
 };
 
 /// Timers in the burst: enough to fill and empty many chunks of every shard.
@@ -58,6 +59,10 @@ fn every_thread_the_crate_starts_is_owned_and_joined_when_its_owner_closes() {
     let ran = Arc::new(AtomicUsize::new(0));
     let timer = SystemTimerReaper::new("proc-reaper", SystemTimer::new("proc"));
     let purgatory = DelayedOperationPurgatory::<u32, Probe>::builder("proc-purgatory").build();
+    let shared = SharedSystemTimerReaper::new("proc-shared");
+    let driven: Vec<_> = (0..3)
+        .map(|i| shared.drive(SystemTimer::new(&format!("proc-driven-{i}"))))
+        .collect();
     let during = threads();
     let started: Vec<&u32> = during.iter().filter(|t| !before.contains(t)).collect();
     assert!(
@@ -77,13 +82,24 @@ fn every_thread_the_crate_starts_is_owned_and_joined_when_its_owner_closes() {
         .collect();
     assert!(entries[EXPIRING..].iter().all(TimerTaskEntry::cancel));
     drop(entries);
+    let driven_ran = Arc::new(AtomicUsize::new(0));
+    for timer in &driven {
+        let driven_ran = Arc::clone(&driven_ran);
+        timer.add(timer_task(5, move || {
+            driven_ran.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
     let operation = Probe::delayed(5);
     assert!(!purgatory.try_complete_else_watch(&operation, &[7]));
 
     eventually(
         common::PATIENCE,
         "the burst's tasks and the operation expire",
-        || ran.load(Ordering::SeqCst) == EXPIRING && operation.operation().expirations() == 1,
+        || {
+            ran.load(Ordering::SeqCst) == EXPIRING
+                && operation.operation().expirations() == 1
+                && driven_ran.load(Ordering::SeqCst) == driven.len()
+        },
     );
     barrier(&timer);
     assert_eq!(
@@ -97,8 +113,11 @@ fn every_thread_the_crate_starts_is_owned_and_joined_when_its_owner_closes() {
 
     timer.close();
     purgatory.shutdown();
+    driven[0].close();
+    shared.close();
     drop(timer);
     drop(purgatory);
+    drop(driven);
     assert_eq!(
         threads_become(&before),
         before,

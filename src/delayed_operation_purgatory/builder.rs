@@ -362,10 +362,6 @@ where
         "ExpirationReaper-{}-{}",
         inner.broker_id, inner.purgatory_name
     );
-    ReaperThread::spawn(
-        name.clone(),
-        name,
-        Duration::from_millis(poll_ms.unsigned_abs()),
-        move || inner.advance_clock(poll_ms),
-    )
+    let period = Duration::from_millis(poll_ms.unsigned_abs());
+    ReaperThread::spawn(&name, period, move || inner.advance_clock(poll_ms))
 }

@@ -108,6 +108,11 @@ impl Flusher {
         out.extend(unfinished.iter().map(|f| (f.deadline_ms, f.list.id())));
     }
 
+    /// True if an earlier call left flushes unfinished.
+    pub(super) fn has_unfinished(&self) -> bool {
+        !self.unfinished.lock().is_empty()
+    }
+
     /// Drops the unfinished flushes (their entries were cleared with the store).
     pub(super) fn forget_unfinished(&self) {
         self.unfinished.lock().clear();
@@ -120,7 +125,7 @@ impl Flusher {
         queue: &BucketQueue,
         deadline: Option<Instant>,
     ) -> Option<Option<Due<Arc<TimerTaskList>>>> {
-        if self.unfinished.lock().is_empty() {
+        if !self.has_unfinished() {
             return queue.poll_until(deadline).map(Some);
         }
         let pause = deadline_after(FLUSH_PAUSE_MS);
@@ -128,9 +133,15 @@ impl Flusher {
     }
 
     /// Flushes `first` (a list the caller polled), every other due list, and what an
-    /// earlier call left unfinished, most urgent first, within this call's budget. Returns
-    /// true if a flush moved on.
-    pub(super) fn flush(&self, first: Option<Due<Arc<TimerTaskList>>>, parts: &Parts<'_>) -> bool {
+    /// earlier call left unfinished, most urgent first, within this call's budget: of
+    /// flushes not yet urgent, or, in a `turn` of a driver shared with other timers, of all
+    /// (the rest waits for the next turn). Returns true if a flush moved on.
+    pub(super) fn flush(
+        &self,
+        first: Option<Due<Arc<TimerTaskList>>>,
+        parts: &Parts<'_>,
+        turn: bool,
+    ) -> bool {
         let mut flushes = std::mem::take(&mut *self.unfinished.lock());
         let mut due: Vec<_> = first.into_iter().collect();
         let mut flushed = false;
@@ -146,7 +157,7 @@ impl Flusher {
             }) else {
                 return flushed;
             };
-            let urgent = parts.time.hi_res_clock_ms() >= flushes[next].urgent_ms;
+            let urgent = !turn && parts.time.hi_res_clock_ms() >= flushes[next].urgent_ms;
             if budget == 0 && !urgent {
                 self.unfinished.lock().append(&mut flushes);
                 return true;
@@ -497,12 +508,12 @@ mod tests {
             "one entry of the early list moved down"
         );
         assert!(
-            !timer.flusher.unfinished.lock().is_empty(),
+            timer.flusher.has_unfinished(),
             "the rest is left for the next call"
         );
         assert_eq!(timer.next_expiration_ms(), Some(start + 45));
         while timer.advance_clock(0) {}
-        assert!(timer.flusher.unfinished.lock().is_empty());
+        assert!(!timer.flusher.has_unfinished());
         assert_eq!(timer.next_expiration_ms(), Some(start + 45));
     }
 

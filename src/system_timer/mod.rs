@@ -545,6 +545,29 @@ impl SystemTimer {
         self.clock.ms_ceil().saturating_add(delay_ms)
     }
 
+    /// One turn of a driver shared with other timers (`SharedSystemTimerReaper`): flushes
+    /// what is due without waiting, at most one flush budget of entries, and returns when
+    /// the timer next needs a turn: at once with work left, until its earliest due list, or
+    /// `None` with nothing queued (or once closed).
+    pub(crate) fn turn(&self) -> Option<Duration> {
+        let _metrics = self.metrics.record_on_return(|| self.stats());
+        if self.is_closed() {
+            return None;
+        }
+        self.flusher
+            .flush(self.delay_queue.poll(), &self.parts(), true);
+        if self.flusher.has_unfinished() {
+            return Some(Duration::ZERO);
+        }
+        self.delay_queue.time_until_head()
+    }
+
+    /// Calls `wake` when an add (or a reschedule) makes a list due earlier than every list
+    /// queued before: what wakes a driver shared with other timers.
+    pub(crate) fn set_waker(&self, wake: impl Fn() + Send + Sync + 'static) {
+        self.delay_queue.set_waker(wake);
+    }
+
     /// The parts of the timer a flush works on.
     fn parts(&self) -> Parts<'_> {
         Parts {
@@ -658,7 +681,7 @@ impl Timer for SystemTimer {
             };
             // Moves the clocks, then every due list's entries down the wheel or to the
             // executor: Kafka's `while (bucket != null)` loop, in chunks (see `flush`).
-            if self.flusher.flush(first, &self.parts()) {
+            if self.flusher.flush(first, &self.parts(), false) {
                 return true;
             }
             // Nothing was flushed: the lists that came due went stale after the poll took

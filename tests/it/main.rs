@@ -56,6 +56,7 @@ mod purgatory_stress;
 mod refusal;
 mod reschedule;
 mod send_task;
+mod shared_reaper;
 mod shutdown;
 mod stale_items;
 mod stress;
