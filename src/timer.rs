@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::task::TimerTask;
+use crate::time::{SystemClock, Time};
 use crate::timer_task_entry::TimerTaskEntry;
 
 /// What every timer offers, like Kafka's `Timer` interface. Object safe.
@@ -226,6 +227,25 @@ pub trait Timer: Send + Sync {
     /// assert!(timer.stop().is_empty());
     /// ```
     fn stop(&self) -> Vec<Box<dyn TimerTask>>;
+
+    /// Returns the clock the timer's expirations are on (`expiration_ms` is on its
+    /// [`hi_res_clock_ms`](Time::hi_res_clock_ms)), for code built on the trait that turns
+    /// a deadline into a delay or back ([`KeyedTimer::pending`](crate::KeyedTimer)).
+    /// Provided as the system clock; `SystemTimer` and `MockTimer` return their own, and a
+    /// wrapper forwards it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTimer, Timer};
+    ///
+    /// let timer = MockTimer::new();
+    /// let entry = timer.add(timer_task(250, || {}));
+    /// assert_eq!(entry.expiration_ms() - timer.clock().hi_res_clock_ms(), 250);
+    /// ```
+    fn clock(&self) -> Arc<dyn Time> {
+        Arc::new(SystemClock)
+    }
 }
 
 /// Implements [`Timer`] for a wrapper: every call goes to `inner`, each task through
@@ -268,6 +288,9 @@ macro_rules! forward_timer {
             }
             fn close(&$this) $close
             fn stop(&$this) -> Vec<Box<dyn $crate::task::TimerTask>> $stop
+            fn clock(&$this) -> std::sync::Arc<dyn $crate::time::Time> {
+                $inner.clock()
+            }
         }
     };
 }

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
@@ -27,6 +28,7 @@ use crate::lateness::{RunningLate, late_us};
 use crate::store::chunks::EntryKey;
 use crate::store::shard::{Shard, Shards};
 use crate::task::{TimerTask, due_at_once};
+use crate::time::Time;
 use crate::timer::{AddError, Timer};
 use crate::timer_task_entry::TimerTaskEntry;
 
@@ -335,6 +337,10 @@ impl Timer for MockTimer {
         let cleared = self.shard().lock().clear();
         drop(order);
         cleared.into_tasks()
+    }
+
+    fn clock(&self) -> Arc<dyn Time> {
+        Arc::new(self.time.clone())
     }
 }
 

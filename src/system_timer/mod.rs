@@ -711,6 +711,10 @@ impl Timer for SystemTimer {
     fn stop(&self) -> Vec<Box<dyn TimerTask>> {
         self.shut_down().map_or_else(Vec::new, Released::into_tasks)
     }
+
+    fn clock(&self) -> Arc<dyn Time> {
+        Arc::clone(&self.time)
+    }
 }
 
 impl Drop for SystemTimer {

@@ -57,12 +57,15 @@ fn every_task_of_every_timer_runs_once_or_is_cancelled_once_and_none_early() {
                 for i in 0..TASKS_PER_TIMER {
                     let id = t * TASKS_PER_TIMER + i;
                     let delay_ms = rng.below(300) as i64;
-                    entries.push((id, timer.add(Box::new(Deadline {
-                        delay_ms,
-                        due_ms: hi_res_clock_ms() + delay_ms,
-                        early: Arc::clone(early),
-                        ledger_task: ledger.task(id, delay_ms),
-                    }))));
+                    entries.push((
+                        id,
+                        timer.add(Box::new(Deadline {
+                            delay_ms,
+                            due_ms: hi_res_clock_ms() + delay_ms,
+                            early: Arc::clone(early),
+                            ledger_task: ledger.task(id, delay_ms),
+                        })),
+                    ));
                     if rng.below(3) == 0 {
                         let (id, entry) = &entries[rng.below(entries.len() as u64) as usize];
                         ledger.cancel(entry, *id);
@@ -182,7 +185,10 @@ fn dropping_the_last_clone_closes_the_reaper() {
     let timer = reaper.drive(SystemTimer::new("dropped"));
     let clone = reaper.clone();
     drop(reaper);
-    assert!(!timer.get_ref().is_closed(), "a clone still holds the thread");
+    assert!(
+        !timer.get_ref().is_closed(),
+        "a clone still holds the thread"
+    );
     drop(clone);
     assert!(timer.get_ref().is_closed());
 }
