@@ -582,3 +582,97 @@ pub(crate) fn purgatory() {
     ours.shutdown();
     baseline.1.close();
 }
+
+/// CPU ns of this process's threads whose name starts with `prefix` (`/proc/self/task`).
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    let named = tasks.filter(|task| {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        comm.starts_with(prefix)
+    });
+    let stats =
+        named.filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok());
+    stats.filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok()).sum()
+}
+
+/// One `shared_driver` run: `timers` timers on one `SharedSystemTimerReaper` (`shared`) or
+/// each on a `SystemTimerReaper` of its own (`owning`); `n` tasks added round-robin by one
+/// thread as fast as it can, delays uniform in 1..=1,000 ms, every 10th a probe of its
+/// lateness. Returns the process's threads, the probes' lateness (ms) p50, p99 and max of
+/// the worst timer, the early probes, then the drivers' CPU ms over `idle` with every
+/// timer idle (1,000 tasks 60 s out each).
+fn shared_driver_run(shared: bool, timers: usize, n: usize, idle: Duration) -> Vec<f64> {
+    let probes: Vec<Vec<AtomicI64>> = (0..timers)
+        .map(|_| (0..n / timers / 10 + 1).map(|_| AtomicI64::new(i64::MIN)).collect())
+        .collect();
+    let probes = Arc::new(probes);
+    let reaper = shared.then(|| timingwheel::SharedSystemTimerReaper::new("driver-shared"));
+    let all: Vec<Box<dyn Timer>> = (0..timers)
+        .map(|i| -> Box<dyn Timer> {
+            let timer = SystemTimer::new(&format!("t{i}"));
+            match &reaper {
+                Some(reaper) => Box::new(reaper.drive(timer)),
+                None => Box::new(SystemTimerReaper::new(&format!("driver-{i}"), timer)),
+            }
+        })
+        .collect();
+    let threads = std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count()) as f64;
+    let mut rng = Rng::new(SEED);
+    let ran = Arc::new(AtomicUsize::new(0));
+    for i in 0..n {
+        let (t, delay_ms) = (i % timers, rng.range(1, 1_000));
+        let due_ns = since_origin_ns(Instant::now()) + delay_ms * 1_000_000;
+        let (probes, ran, probe) = (Arc::clone(&probes), Arc::clone(&ran), i / timers);
+        let is_probe = probe % 10 == 0;
+        all[t].add(timer_task(delay_ms, move || {
+            if is_probe {
+                let late = since_origin_ns(Instant::now()) - due_ns;
+                probes[t][probe / 10].store(late, Ordering::Relaxed);
+            }
+            ran.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while ran.load(Ordering::Relaxed) < n && Instant::now() < give_up {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(ran.load(Ordering::Relaxed), n, "every task ran");
+    let mut figures = vec![threads, f64::NAN, f64::NAN, f64::NAN, 0.0];
+    for timer in probes.iter() {
+        let mut late: Vec<i64> = timer.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+        late.retain(|&l| l != i64::MIN);
+        late.sort_unstable();
+        for (at, p) in [(1, 0.5), (2, 0.99), (3, 1.0)] {
+            figures[at] = figures[at].max(percentile(&late, p) as f64 / 1e6);
+        }
+        figures[4] += late.iter().filter(|&&l| l < 0).count() as f64;
+    }
+    let _idle: Vec<_> =
+        all.iter().flat_map(|timer| (0..1_000).map(|_| timer.add(task(60_000)))).collect();
+    thread::sleep(Duration::from_millis(300));
+    let before = threads_cpu_ns("driver-");
+    thread::sleep(idle);
+    figures.push((threads_cpu_ns("driver-") - before) as f64 / 1e6);
+    all.iter().for_each(|timer| timer.close());
+    reaper.iter().for_each(|reaper| reaper.close());
+    figures
+}
+
+/// Eight timers on one shared driver against eight owning reapers, each side a process of
+/// its own per run: 10^6 tasks (`n=`) spread over the timers (`timers=`), added over about a
+/// second while they expire over 1 s; threads, the worst timer's lateness p50, p99, max (ms)
+/// against the instant of `add` plus the delay, early probes, and the drivers' CPU over 10 s
+/// (`idle_ms=`) with every timer idle.
+pub(crate) fn shared_driver() {
+    let (timers, n) = (param("timers", 8, 8), param("n", 1_000_000, 50_000));
+    let idle = Duration::from_millis(param("idle_ms", 10_000, 500));
+    if let Some(case) = case() {
+        return report(&shared_driver_run(case == "shared", timers, n, idle));
+    }
+    let runs: Vec<Vec<Vec<f64>>> = (0..param("runs", 3, 1))
+        .map(|_| ["shared", "owning"].iter().map(|side| in_child(side)).collect())
+        .collect();
+    let columns =
+        "threads | worst p50 ms | worst p99 ms | worst max ms | early | driver CPU ms idle";
+    runs_table(columns, &["shared", "owning"], &runs, &[0, 2, 3, 5]);
+}

@@ -34,7 +34,7 @@ const WORKLOADS: &[harness::Workload] = &[
     ("sleeps", futures::sleeps),      // 10^6 sleeps vs tokio and futures-timer
     ("async_wakes", futures::async_wakes), // wake lateness on a busy runtime vs tokio
     ("sessions", sessions),           // to write
-    ("shared_driver", shared_driver), // to write
+    ("shared_driver", expiry::shared_driver), // 8 timers: one shared driver vs 8 reapers
     ("restore", restore),             // to write
 ];
 
@@ -45,11 +45,6 @@ fn main() {
 /// To write: 10^6 sessions, each heartbeating every 3 s with a 10 s timeout, driven for
 /// real: heartbeats/s, the lateness of the timeouts that fire, RSS; against tokio-util.
 fn sessions() {
-    println!("not written yet");
-}
-
-/// To write: eight timers on one shared driver, against eight with a driver each.
-fn shared_driver() {
     println!("not written yet");
 }
 
