@@ -1,6 +1,5 @@
 //! [`Interval`]: ticks every period on the wheel, following a [`MissedTicks`] policy.
 
-use std::fmt;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -48,13 +47,15 @@ use crate::timer::Timer;
 /// timer.advance_clock(100);
 /// assert_eq!(second.as_mut().poll(&mut cx), Poll::Ready(start + 100));
 /// ```
+#[derive(Debug)]
 pub struct Interval {
-    /// Due at `next_tick_ms` (or a little later: see `schedule_after`).
+    /// Due at `next_tick_ms` (or a little later: see `poll_tick`), unless `due`.
     sleep: Sleep,
     /// The time the next tick is scheduled for.
     next_tick_ms: i64,
-    /// The first tick has not been returned yet: it is due at once (at `next_tick_ms`).
-    first: bool,
+    /// The next tick is due already (the first one, Burst's catch-up ticks): `poll_tick`
+    /// returns it without waiting for the sleep.
+    due: bool,
     period_ms: i64,
     missed: MissedTicks,
 }
@@ -88,20 +89,40 @@ impl Interval {
         period_ms: impl IntoDelayMs,
         missed: MissedTicks,
     ) -> Interval {
-        let period_ms = period_ms.into_delay_ms();
+        Interval::build(timer, period_ms.into_delay_ms(), missed, None)
+    }
+
+    /// An interval, or with `schedule` (the name of its closure), the one a periodic
+    /// schedule polls: its first tick is a period away, and its ticks are added past
+    /// `max_pending` (see `Sleep::build`).
+    #[track_caller]
+    pub(crate) fn build(
+        timer: Arc<dyn Timer>,
+        period_ms: i64,
+        missed: MissedTicks,
+        schedule: Option<&'static str>,
+    ) -> Interval {
+        let first = schedule.is_none();
+        let who = schedule.map_or("Interval::new", |_| "schedule_periodic");
         assert!(
             period_ms > 0,
-            "Interval::new: period_ms must be positive, got {period_ms}"
+            "{who}: period_ms must be positive, got {period_ms}"
         );
-        let sleep = Sleep::new(Arc::clone(&timer), period_ms);
+        let sleep = Sleep::build(Arc::clone(&timer), period_ms, schedule);
         let start_ms = clock_ms(&*timer, sleep.expiration_ms(), period_ms);
         Interval {
             sleep,
-            next_tick_ms: start_ms,
-            first: true,
+            next_tick_ms: start_ms.saturating_add(if first { 0 } else { period_ms }),
+            due: first,
             period_ms,
             missed,
         }
+    }
+
+    /// Returns true if the timer refused the task of the next tick (it is closed, or its
+    /// store is full): a periodic schedule then ends.
+    pub(crate) fn refused(&self) -> bool {
+        self.sleep.entry.cancelled()
     }
 
     /// Completes at the next tick, and returns the time that tick was scheduled for, on the
@@ -161,34 +182,26 @@ impl Interval {
     /// );
     /// ```
     pub fn poll_tick(&mut self, cx: &mut Context<'_>) -> Poll<i64> {
-        // The first tick is due at creation: no need to ask the sleep, which is due a
-        // period later.
-        if !std::mem::take(&mut self.first) && Pin::new(&mut self.sleep).poll(cx).is_pending() {
+        if !std::mem::take(&mut self.due) && Pin::new(&mut self.sleep).poll(cx).is_pending() {
             return Poll::Pending;
         }
         // Everything changes within this call, before it returns `Ready`: a `tick()`
-        // dropped while pending has changed nothing.
+        // dropped while pending has changed nothing. The sleep is moved to the next tick,
+        // due a period from now first: the reset tells the time of "now".
         let tick_ms = self.next_tick_ms;
-        self.next_tick_ms = self.schedule_after(tick_ms);
-        Poll::Ready(tick_ms)
-    }
-
-    /// Moves the sleep to the tick after `tick_ms`, which is being returned now, and
-    /// returns that tick's time.
-    fn schedule_after(&mut self, tick_ms: i64) -> i64 {
-        // Due a period from now: the reset tells the time of "now".
         self.sleep.reset(self.period_ms);
         let now_ms = clock_ms(
-            self.sleep.timer(),
+            &*self.sleep.timer,
             self.sleep.expiration_ms(),
             self.period_ms,
         );
-        let next_ms = self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms);
-        if next_ms != self.sleep.expiration_ms() {
-            // Burst's catch-up ticks are due now: a delay <= 0 fires at once.
-            self.sleep.reset(next_ms.saturating_sub(now_ms));
+        self.next_tick_ms = self.missed.next_tick_ms(tick_ms, now_ms, self.period_ms);
+        self.due = self.next_tick_ms <= now_ms;
+        // A refused task (closed, full) has fired: there is nothing to move.
+        if !self.due && !self.refused() && self.next_tick_ms != self.sleep.expiration_ms() {
+            self.sleep.reset(self.next_tick_ms.saturating_sub(now_ms));
         }
-        next_ms
+        Poll::Ready(tick_ms)
     }
 
     /// Returns the period, in milliseconds.
@@ -219,15 +232,5 @@ impl Interval {
     /// ```
     pub fn missed_ticks(&self) -> MissedTicks {
         self.missed
-    }
-}
-
-impl fmt::Debug for Interval {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Interval")
-            .field("next_tick_ms", &self.next_tick_ms)
-            .field("period_ms", &self.period_ms)
-            .field("missed", &self.missed)
-            .finish_non_exhaustive()
     }
 }

@@ -32,7 +32,7 @@
 //! - Timers are called with no lock of this module held: a `MockTimer` runs a task whose
 //!   delay is <= 0 inside `add` or `reschedule`, on the calling thread.
 
-mod interval;
+pub(crate) mod interval;
 mod sleep;
 mod timeout;
 #[cfg(all(feature = "tokio", unix))]

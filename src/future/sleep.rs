@@ -56,9 +56,9 @@ use crate::timer_task_entry::TimerTaskEntry;
 /// assert_eq!(Pin::new(&mut sleep).poll(&mut cx), Poll::Ready(()));
 /// ```
 pub struct Sleep {
-    timer: Arc<dyn Timer>,
+    pub(super) timer: Arc<dyn Timer>,
     /// The task of the current deadline.
-    entry: TimerTaskEntry,
+    pub(super) entry: TimerTaskEntry,
     shared: Arc<Shared>,
 }
 
@@ -68,6 +68,10 @@ struct Shared {
     /// without it by `Sleep::drop` (nobody polls a dropped sleep; see the ground rules).
     deadline: AtomicU64,
     state: Mutex<State>,
+    /// For the ticks of a periodic schedule, the name of its closure, which names the task;
+    /// such a task is added past `max_pending`, and is refused only by a closed timer (or a
+    /// full store), which ends the schedule (see `Interval::refused`).
+    schedule: Option<&'static str>,
 }
 
 /// Guarded by [`Shared::state`]'s lock, a leaf.
@@ -79,28 +83,13 @@ struct State {
 }
 
 /// The timer task of one deadline: a token task whose token is the deadline's number. It
-/// fires whether it runs or is dropped unrun by a closed timer; a cancelled one fires an old
-/// deadline, which changes nothing.
+/// fires whether it runs or is dropped unrun by a closed timer: it marks the deadline
+/// elapsed and wakes the last poller, unless the sleep has moved on to another deadline
+/// since (a cancelled task fires an old deadline, which changes nothing).
 impl TokenOwner for Shared {
     type Payload = ();
 
-    fn expired(self: Arc<Self>, deadline: u64, (): ()) {
-        self.fire(deadline);
-    }
-
-    fn dropped(self: Arc<Self>, deadline: u64, (): ()) {
-        self.fire(deadline);
-    }
-
-    fn task_name(&self, (): &()) -> &'static str {
-        "timingwheel::Sleep"
-    }
-}
-
-impl Shared {
-    /// Marks deadline number `deadline` elapsed and wakes the last poller, unless the
-    /// sleep has moved on to another deadline since.
-    fn fire(&self, deadline: u64) {
+    fn report(self: Arc<Self>, deadline: u64, (): (), _expired: bool) {
         // Without the lock first: a sleep's own drop and cancel land here on every drop. (A
         // wake for a new deadline reached the timer after the number was stored: it sees it.)
         if self.deadline.load(Ordering::Acquire) != deadline {
@@ -116,6 +105,10 @@ impl Shared {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    fn task_name(&self, (): &()) -> &'static str {
+        self.schedule.unwrap_or("timingwheel::Sleep")
     }
 }
 
@@ -142,14 +135,24 @@ impl Sleep {
     /// assert!(Sleep::new(timer.clone(), 0).is_elapsed(), "a MockTimer runs it inside `new`");
     /// ```
     pub fn new(timer: Arc<dyn Timer>, delay_ms: impl IntoDelayMs) -> Sleep {
+        Sleep::build(timer, delay_ms.into_delay_ms(), None)
+    }
+
+    /// A sleep, or with `schedule`, a periodic schedule's (see [`Shared::schedule`]).
+    pub(super) fn build(
+        timer: Arc<dyn Timer>,
+        delay_ms: i64,
+        schedule: Option<&'static str>,
+    ) -> Sleep {
         let shared = Arc::new(Shared {
             deadline: AtomicU64::new(0),
             state: Mutex::new(State {
                 elapsed: false,
                 waker: None,
             }),
+            schedule,
         });
-        let entry = add_wake(&*timer, &shared, 0, delay_ms.into_delay_ms());
+        let entry = shared.add(&*timer, 0, delay_ms);
         Sleep {
             timer,
             entry,
@@ -193,11 +196,6 @@ impl Sleep {
         self.shared.state.lock().elapsed
     }
 
-    /// Returns the timer the sleep runs on.
-    pub(crate) fn timer(&self) -> &dyn Timer {
-        &*self.timer
-    }
-
     /// Moves the deadline to `delay_ms` from now, on the timer's clock, also after the
     /// sleep has completed: it is then pending again until the new deadline.
     ///
@@ -239,18 +237,22 @@ impl Sleep {
         // Nothing to cancel unless the timer refused the move for another reason; the
         // cancelled task's drop fires an old deadline, which changes nothing.
         self.entry.cancel();
-        self.entry = add_wake(&*self.timer, &self.shared, deadline, delay_ms);
+        self.entry = self.shared.add(&*self.timer, deadline, delay_ms);
     }
 }
 
-/// Adds the task of deadline number `deadline`, due `delay_ms` from now, to `timer`.
-fn add_wake(
-    timer: &dyn Timer,
-    shared: &Arc<Shared>,
-    deadline: u64,
-    delay_ms: i64,
-) -> TimerTaskEntry {
-    timer.add(TokenTask::boxed(Arc::clone(shared), deadline, delay_ms, ()))
+impl Shared {
+    /// Adds the task of deadline number `deadline`, due `delay_ms` from now, to `timer`.
+    fn add(self: &Arc<Self>, timer: &dyn Timer, deadline: u64, delay_ms: i64) -> TimerTaskEntry {
+        let task = TokenTask::boxed(Arc::clone(self), deadline, delay_ms, ());
+        match self.schedule {
+            None => timer.add(task),
+            // The refused task's drop fires the deadline, as `add` would.
+            Some(_) => timer
+                .try_add_unbounded(task)
+                .unwrap_or_else(|_| TimerTaskEntry::refused(delay_ms)),
+        }
+    }
 }
 
 impl Future for Sleep {

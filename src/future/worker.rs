@@ -39,14 +39,12 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::executor::run_task;
 use crate::task::TimerTask;
-use crate::timer::{AddError, Timer};
-use crate::timer_task_entry::TimerTaskEntry;
+use crate::timer::{Timer, forward_timer};
 
 /// Tasks the relay task runs before it yields to the runtime's other tasks. Each task it
-/// wakes goes to the worker's local queue (256 places), which overflows into the global
-/// queue, behind a burst, if a run wakes too many at once; tokio's timer wakes 32 at a
-/// time too. Measured under the burst of `benches/async_wakes.rs`: with 128, p99 1.01-1.61x
-/// tokio's; with 32, 0.18-1.06x.
+/// wakes goes to the worker's local queue, which overflows into the global queue, behind a
+/// burst, if a run wakes too many at once; tokio's timer wakes 32 at a time too (see
+/// docs/performance.md, "Async wakes under a burst").
 const BATCH: usize = 32;
 
 /// A timer whose expired tasks run on the worker threads of a tokio runtime (cargo
@@ -62,8 +60,10 @@ const BATCH: usize = 32;
 ///
 /// Tasks run on the worker must be short (a wake, a send): a long one holds up the
 /// worker's other tasks. `close` and `stop` act on the wrapped timer; a task already
-/// handed to the runtime may run after `close` returned. If the runtime shuts down first,
-/// expired tasks run on the wrapped timer's executor, as without a `WorkerTimer`.
+/// handed to the runtime may run after `close` returned. A task that `try_add` refuses or
+/// `stop` hands back comes back wrapped: its `run` still hands it to the runtime. If the
+/// runtime shuts down first, expired tasks run on the wrapped timer's executor, as without
+/// a `WorkerTimer`.
 ///
 /// [`SystemTimerReaper`]: crate::SystemTimerReaper
 ///
@@ -214,7 +214,16 @@ async fn relay(
 ) {
     let mut bytes = [0u8; 64];
     loop {
-        let closed = wait.readable().await.is_err() || drained(&wait, &mut bytes);
+        // Reads what the socket holds, until it would block or its write end is closed.
+        let mut closed = wait.readable().await.is_err();
+        while !closed {
+            match wait.try_read(&mut bytes) {
+                Ok(0) => closed = true,
+                Ok(_) => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => closed = error.kind() != io::ErrorKind::Interrupted,
+            }
+        }
         signaled.store(false, Ordering::SeqCst);
         let mut ran = 0;
         while let Ok(task) = tasks.try_recv() {
@@ -226,19 +235,6 @@ async fn relay(
         }
         if closed {
             return;
-        }
-    }
-}
-
-/// Reads what the socket holds; true once its write end is closed.
-fn drained(wait: &tokio::net::UnixStream, bytes: &mut [u8]) -> bool {
-    loop {
-        match wait.try_read(bytes) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return true,
         }
     }
 }
@@ -265,42 +261,12 @@ impl TimerTask for OnWorker {
     }
 }
 
-impl Timer for WorkerTimer {
-    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        self.timer.add(self.on_worker(task))
-    }
-
-    /// Like [`Timer::try_add`]; a refused task comes back wrapped: its `run` still hands
-    /// it to the runtime.
-    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        self.timer.try_add(self.on_worker(task))
-    }
-
-    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        self.timer.try_add_unbounded(self.on_worker(task))
-    }
-
-    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
-        self.timer.reschedule(entry, delay_ms)
-    }
-
-    fn advance_clock(&self, timeout_ms: i64) -> bool {
-        self.timer.advance_clock(timeout_ms)
-    }
-
-    fn size(&self) -> usize {
-        self.timer.size()
-    }
-
-    fn close(&self) {
-        self.timer.close();
-    }
-
-    /// Like [`Timer::stop`]; the tasks come back wrapped: their `run` still hands them to
-    /// the runtime.
-    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
-        self.timer.stop()
-    }
+forward_timer! {
+    impl[] for WorkerTimer,
+    inner: |self| self.timer,
+    wrap: |task| self.on_worker(task),
+    close: { self.timer.close() },
+    stop: { self.timer.stop() },
 }
 
 impl fmt::Debug for WorkerTimer {

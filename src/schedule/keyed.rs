@@ -155,12 +155,6 @@ struct Place {
 }
 
 impl Place {
-    /// The place of `entry`, if its task entered a timer's store (not if `add` handed it
-    /// to the executor at once, or refused it: there is nothing to cancel or move then).
-    fn of(entry: &TimerTaskEntry) -> Option<Place> {
-        entry.location().map(|(shard, key)| Place { shard, key })
-    }
-
     /// A handle to the entry, to cancel or move it with once the map's lock is released.
     ///
     /// A second handle made from the entry's place, not a clone of the one `add` returned
@@ -226,7 +220,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(fired.load(Ordering::SeqCst), 300, "only the last one ran");
     /// ```
     pub fn schedule(&self, key: K, task: Box<dyn TimerTask>) {
-        self.schedule_replacing(key, task);
+        self.insert(key, task, true);
     }
 
     /// Schedules `task` under `key` like [`schedule`](KeyedTimer::schedule), and returns
@@ -251,28 +245,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.schedule_replacing(1, timer_task(100, || {})), "the last one ran");
     /// ```
     pub fn schedule_replacing(&self, key: K, task: Box<dyn TimerTask>) -> bool {
-        let id = self.shared.next_id();
-        let hash = self.shared.hash(&key);
-        let replaced = {
-            let mut map = self.shared.shard(hash).lock();
-            match self.shared.entry(&mut map, hash, &key) {
-                Entry::Occupied(mut occupied) => Some(std::mem::replace(
-                    &mut occupied.get_mut().1,
-                    Slot { id, entry: None },
-                )),
-                Entry::Vacant(vacant) => {
-                    vacant.insert((key, Slot { id, entry: None }));
-                    self.shared.len.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-            }
-        };
-        let replaced_one = replaced.is_some();
-        if let Some(place) = replaced.and_then(|slot| slot.entry) {
-            place.handle().cancel();
-        }
-        self.add(hash, id, task);
-        replaced_one
+        self.insert(key, task, true)
     }
 
     /// Moves the task scheduled under `key` to `delay` from now, keeping the task: a
@@ -318,18 +291,16 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// ```
     pub fn reschedule(&self, key: &K, delay: impl IntoDelayMs) -> bool {
         let delay_ms = delay.into_delay_ms();
-        let hash = self.shared.hash(key);
-        let place = {
-            let map = self.shared.shard(hash).lock();
-            match self
-                .shared
-                .find(&map, hash, key)
-                .and_then(|slot| slot.entry)
-            {
-                Some(place) => place,
-                // No task, or its `add` has not returned yet (see "Concurrency").
-                None => return false,
-            }
+        let hash = self.shared.hasher.hash_one(key);
+        // No task, or its `add` has not returned yet (see "Concurrency").
+        let Some(place) = self
+            .shared
+            .shard(hash)
+            .lock()
+            .find(hash, |(k, _)| k == key)
+            .and_then(|(_, slot)| slot.entry)
+        else {
+            return false;
         };
         // The timer is called with no lock of ours held (a `MockTimer` runs a task due
         // now inside the call, and its token claims the slot). A true result takes effect
@@ -353,25 +324,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(timeouts.len(), 1);
     /// ```
     pub fn schedule_if_absent(&self, key: K, task: Box<dyn TimerTask>) -> bool {
-        let id = self.shared.next_id();
-        let hash = self.shared.hash(&key);
-        {
-            let mut map = self.shared.shard(hash).lock();
-            match self.shared.entry(&mut map, hash, &key) {
-                Entry::Occupied(_) => {
-                    drop(map);
-                    // Dropped with no lock held: its `Drop` is the caller's code.
-                    drop(task);
-                    return false;
-                }
-                Entry::Vacant(vacant) => {
-                    vacant.insert((key, Slot { id, entry: None }));
-                    self.shared.len.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        self.add(hash, id, task);
-        true
+        !self.insert(key, task, false)
     }
 
     /// Cancels the task scheduled under `key`. Returns true iff a task was scheduled under
@@ -394,18 +347,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(timer.size(), 0, "its timer entry is gone too");
     /// ```
     pub fn cancel(&self, key: &K) -> bool {
-        let hash = self.shared.hash(key);
-        let removed = self.shared.remove(hash, key, |_| true);
-        match removed {
-            Some((_key, slot)) => {
-                if let Some(place) = slot.entry {
-                    place.handle().cancel();
-                }
-                // The key is dropped here, with no lock held.
-                true
-            }
-            None => false,
+        let hash = self.shared.hasher.hash_one(key);
+        // The key is dropped with no lock held.
+        let Some((_key, slot)) = self.shared.remove(hash, |(k, _)| k == key) else {
+            return false;
+        };
+        if let Some(place) = slot.entry {
+            place.handle().cancel();
         }
+        true
     }
 
     /// Returns true iff a task scheduled under `key` has neither run (nor claimed its key
@@ -425,9 +375,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.is_scheduled(&"a"), "it ran");
     /// ```
     pub fn is_scheduled(&self, key: &K) -> bool {
-        let hash = self.shared.hash(key);
+        let hash = self.shared.hasher.hash_one(key);
         let map = self.shared.shard(hash).lock();
-        self.shared.find(&map, hash, key).is_some()
+        map.find(hash, |(k, _)| k == key).is_some()
     }
 
     /// Returns the number of keys with a scheduled task (see
@@ -467,29 +417,54 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         self.len() == 0
     }
 
-    /// Adds the wrapper of scheduling `id` (of a key whose hash is `hash`) to the timer,
-    /// and records its entry in the slot, unless the slot was replaced or removed
-    /// meanwhile: then cancels the entry.
-    fn add(&self, hash: u64, id: u64, task: Box<dyn TimerTask>) {
-        let delay_ms = task.delay_ms();
-        let payload = Payload { hash, task };
-        let wrapper = TokenTask::boxed(Arc::clone(&self.shared), id, delay_ms, payload);
-        let entry = self.timer.add(wrapper);
-        let recorded = {
-            let mut map = self.shared.shard(hash).lock();
-            match self.shared.slot_of(&mut map, hash, id) {
-                Some(slot) => {
-                    slot.entry = Place::of(&entry);
-                    true
-                }
-                None => false,
+    /// Puts a new slot for `task` under `key`, replacing the slot there, or unless `replace`,
+    /// dropping `task` if there is one; then adds the task's wrapper to the timer and
+    /// records where its entry lives. Returns true iff a slot was there.
+    fn insert(&self, key: K, task: Box<dyn TimerTask>, replace: bool) -> bool {
+        let shared = &self.shared;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let hash = shared.hasher.hash_one(&key);
+        let slot = Slot { id, entry: None };
+        let mut map = shared.shard(hash).lock();
+        let replaced = match map.entry(hash, |(k, _)| *k == key, |(k, _)| shared.hasher.hash_one(k))
+        {
+            Entry::Occupied(mut found) if replace => {
+                Some(std::mem::replace(&mut found.get_mut().1, slot))
+            }
+            Entry::Occupied(_) => {
+                drop(map);
+                // Dropped with no lock held: its `Drop` is the caller's code.
+                drop(task);
+                return true;
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert((key, slot));
+                shared.len.fetch_add(1, Ordering::Relaxed);
+                None
             }
         };
-        if !recorded {
+        drop(map);
+        if let Some(place) = replaced.as_ref().and_then(|slot| slot.entry) {
+            place.handle().cancel();
+        }
+        let delay_ms = task.delay_ms();
+        let payload = Payload { hash, task };
+        let entry = self
+            .timer
+            .add(TokenTask::boxed(Arc::clone(shared), id, delay_ms, payload));
+        // The map's lock is released before `else` (edition 2024).
+        if let Some((_, slot)) = shared
+            .shard(hash)
+            .lock()
+            .find_mut(hash, |(_, slot)| slot.id == id)
+        {
+            slot.entry = entry.location().map(|(shard, key)| Place { shard, key });
+        } else {
             // Replaced or cancelled while `add` ran (or it already ran, or a closed timer
             // refused it, and then this does nothing): drop it now.
             entry.cancel();
         }
+        replaced.is_some()
     }
 }
 
@@ -503,62 +478,19 @@ struct Payload {
 }
 
 impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
-    fn hash(&self, key: &K) -> u64 {
-        self.hasher.hash_one(key)
-    }
-
     /// The shard of a key hashed to `hash`: bits the tables do not use for themselves (they
     /// take a bucket from the low bits and a tag from the top seven).
     fn shard(&self, hash: u64) -> &Mutex<Map<K>> {
         &self.shards[(hash >> 32) as usize % SHARDS]
     }
 
-    fn find<'m>(&self, map: &'m Map<K>, hash: u64, key: &K) -> Option<&'m Slot> {
-        map.find(hash, |(k, _)| k == key).map(|(_, slot)| slot)
-    }
-
-    /// The slot of scheduling `id`, of a key hashed to `hash`, if it is still that
-    /// scheduling's (ids are never reused).
-    fn slot_of<'m>(&self, map: &'m mut Map<K>, hash: u64, id: u64) -> Option<&'m mut Slot> {
-        map.find_mut(hash, |(_, slot)| slot.id == id)
-            .map(|(_, slot)| slot)
-    }
-
-    fn entry<'m>(&self, map: &'m mut Map<K>, hash: u64, key: &K) -> Entry<'m, (K, Slot)> {
-        map.entry(hash, |(k, _)| k == key, |(k, _)| self.hasher.hash_one(k))
-    }
-
-    fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Removes the slot of `key` (hashed to `hash`) if `which` says so of it; returns it.
-    /// The caller drops it with no lock held.
-    fn remove(&self, hash: u64, key: &K, which: impl FnOnce(&Slot) -> bool) -> Option<(K, Slot)> {
+    /// Removes the slot of a key hashed to `hash` that `is` picks, and returns it: the
+    /// caller drops it with no lock held.
+    fn remove(&self, hash: u64, is: impl FnMut(&(K, Slot)) -> bool) -> Option<(K, Slot)> {
         let mut map = self.shard(hash).lock();
-        let found = map.find_entry(hash, |(k, _)| k == key).ok()?;
-        if !which(&found.get().1) {
-            return None;
-        }
-        let (removed, _) = found.remove();
+        let (removed, _) = map.find_entry(hash, is).ok()?.remove();
         self.len.fetch_sub(1, Ordering::Relaxed);
         Some(removed)
-    }
-
-    /// Removes the slot of scheduling `id`, of a key hashed to `hash`, if it is still that
-    /// scheduling's; returns whether it was.
-    fn remove_if_current(&self, hash: u64, id: u64) -> bool {
-        let removed = {
-            let mut map = self.shard(hash).lock();
-            let Ok(found) = map.find_entry(hash, |(_, slot)| slot.id == id) else {
-                return false;
-            };
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            found.remove().0
-        };
-        // The removed key is dropped with no lock held.
-        drop(removed);
-        true
     }
 }
 
@@ -567,17 +499,17 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
 impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
     type Payload = Payload;
 
-    fn expired(self: Arc<Self>, id: u64, payload: Payload) {
-        if self.remove_if_current(payload.hash, id) {
+    fn report(self: Arc<Self>, id: u64, payload: Payload, expired: bool) {
+        // Claims the slot if it is still this task's (ids are never reused): an expired
+        // task then runs. Otherwise it was replaced or cancelled, and is dropped here,
+        // unrun; a task the timer dropped (closed, stopped, refused) forgets its key.
+        if self
+            .remove(payload.hash, |(_, slot)| slot.id == id)
+            .is_some()
+            && expired
+        {
             payload.task.run();
         }
-        // Otherwise replaced or cancelled: the task is dropped here, unrun.
-    }
-
-    fn dropped(self: Arc<Self>, id: u64, payload: Payload) {
-        // Dropped unrun by the timer (closed, stopped, refused) or by a cancel: forget the
-        // key if it is still this task's.
-        self.remove_if_current(payload.hash, id);
     }
 
     fn task_name(&self, payload: &Payload) -> &'static str {

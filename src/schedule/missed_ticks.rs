@@ -135,16 +135,12 @@ pub(crate) fn added_at_ms(expiration_ms: i64, delay_ms: i64) -> Option<i64> {
 }
 
 /// Returns `timer`'s clock at the moment a task was given `expiration_ms` for a delay of
-/// `delay_ms`; where that expiration saturated, reads the clock again with a no-op task (see
-/// the module docs).
+/// `delay_ms`; where that expiration saturated, reads the clock again: the expiration of a
+/// no-op task of delay 0 (handed to the executor, or refused by a closed timer, either way
+/// at once) is the instant of its add (see the module docs).
 pub(crate) fn clock_ms(timer: &dyn Timer, expiration_ms: i64, delay_ms: i64) -> i64 {
-    added_at_ms(expiration_ms, delay_ms).unwrap_or_else(|| probe_clock_ms(timer))
-}
-
-/// Reads `timer`'s clock: the expiration of a no-op task of delay 0 (handed to the
-/// executor, or refused by a closed timer, either way at once) is the instant of its add.
-fn probe_clock_ms(timer: &dyn Timer) -> i64 {
-    timer.add(timer_task(0, || {})).expiration_ms()
+    added_at_ms(expiration_ms, delay_ms)
+        .unwrap_or_else(|| timer.add(timer_task(0, || {})).expiration_ms())
 }
 
 #[cfg(test)]

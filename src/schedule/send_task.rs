@@ -7,8 +7,6 @@
 //! of the timer (the executor to run it, or `cancel` to drop it) decides whether the
 //! message is ever sent.
 
-use std::fmt;
-
 use crossbeam_channel::Sender;
 
 use crate::task::{IntoDelayMs, TimerTask};
@@ -114,13 +112,5 @@ impl<T: Send + 'static> TimerTask for SendTask<T> {
         // `Err` only if every receiver is gone: the message comes back in it and is
         // dropped here, as documented.
         let _ = self.sender.send(self.message);
-    }
-}
-
-impl<T> fmt::Debug for SendTask<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SendTask")
-            .field("delay_ms", &self.delay_ms)
-            .finish_non_exhaustive()
     }
 }

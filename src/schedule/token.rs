@@ -1,21 +1,20 @@
-//! The one timer task that keyed timeouts, periodic schedules and `Sleep` share: a task that
-//! carries a *token* and calls back into its owner, which decides from the token whether
-//! the task still counts.
+//! The one timer task that keyed timeouts and `Sleep` (so `Interval` and periodic schedules)
+//! share: a task that carries a *token* and calls back into its owner, which decides from
+//! the token whether the task still counts.
 //!
 //! An owner hands out a new token whenever what it scheduled changes (a key scheduled
-//! again, a schedule's next generation, a sleep's next deadline), and keeps the current one
+//! again, a sleep's next deadline), and keeps the current one
 //! under its own lock. A task whose token is no longer current is stale: whatever it says
 //! changes nothing. So the owner never has to find and stop a task that a timer may
 //! already have handed to its executor; the token settles the race under the owner's lock.
 //!
 //! # Ground rules
 //!
-//! - A [`TokenTask`] reports exactly once: [`TokenOwner::expired`] when the timer runs it,
-//!   or [`TokenOwner::dropped`] when it is dropped unrun (cancelled, refused, or left in a
-//!   closed or stopped timer). Timers run and drop tasks with none of their locks held, so
-//!   an owner may take its own lock in either (see `crate::lock_order`).
+//! - A [`TokenTask`] reports exactly once ([`TokenOwner::report`]): expired when the timer
+//!   runs it, or not when it is dropped unrun (cancelled, refused, or left in a closed or
+//!   stopped timer). Timers run and drop tasks with none of their locks held, so an owner
+//!   may take its own lock in either (see `crate::lock_order`).
 
-use std::fmt;
 use std::sync::Arc;
 
 use crate::task::TimerTask;
@@ -26,11 +25,8 @@ pub(crate) trait TokenOwner: Send + Sync + 'static {
     type Payload: Send + 'static;
 
     /// The task of `token` expired and runs now, on the timer's executor (or the thread of
-    /// a `MockTimer`'s caller).
-    fn expired(self: Arc<Self>, token: u64, payload: Self::Payload);
-
-    /// The task of `token` was dropped unrun.
-    fn dropped(self: Arc<Self>, token: u64, payload: Self::Payload);
+    /// a `MockTimer`'s caller), or, if not `expired`, was dropped unrun.
+    fn report(self: Arc<Self>, token: u64, payload: Self::Payload, expired: bool);
 
     /// The name of a task carrying `payload`, for logs ([`TimerTask::name`]): what it does
     /// for its owner rather than the token task's own type.
@@ -59,6 +55,12 @@ impl<O: TokenOwner> TokenTask<O> {
             delay_ms,
         })
     }
+
+    fn report(&mut self, expired: bool) {
+        if let Some((owner, payload)) = self.owner.take() {
+            owner.report(self.token, payload, expired);
+        }
+    }
 }
 
 impl<O: TokenOwner> TimerTask for TokenTask<O> {
@@ -67,32 +69,17 @@ impl<O: TokenOwner> TimerTask for TokenTask<O> {
     }
 
     fn run(mut self: Box<Self>) {
-        if let Some((owner, payload)) = self.owner.take() {
-            owner.expired(self.token, payload);
-        }
+        self.report(true);
     }
 
     fn name(&self) -> &'static str {
-        match &self.owner {
-            Some((owner, payload)) => owner.task_name(payload),
-            None => std::any::type_name::<Self>(),
-        }
+        let (owner, payload) = self.owner.as_ref().expect("asked before it reports");
+        owner.task_name(payload)
     }
 }
 
 impl<O: TokenOwner> Drop for TokenTask<O> {
     fn drop(&mut self) {
-        if let Some((owner, payload)) = self.owner.take() {
-            owner.dropped(self.token, payload);
-        }
-    }
-}
-
-impl<O: TokenOwner> fmt::Debug for TokenTask<O> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TokenTask")
-            .field("delay_ms", &self.delay_ms)
-            .field("token", &self.token)
-            .finish_non_exhaustive()
+        self.report(false);
     }
 }

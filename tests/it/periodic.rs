@@ -14,8 +14,8 @@ use common::logger;
 use common::sync::eventually;
 use common::{PATIENCE, drive_mock_until, panic_message_and_location};
 use timingwheel::{
-    MissedTicks, MockTime, MockTimer, PeriodicHandle, SystemTimer, SystemTimerReaper, Timer,
-    schedule_periodic, timer_task,
+    AddError, MissedTicks, MockTime, MockTimer, PeriodicHandle, SystemTimer, SystemTimerReaper,
+    Timer, TimerTask, TimerTaskEntry, schedule_periodic, timer_task,
 };
 
 /// A mock timer, and a schedule on it that records the clock (relative to its start) at
@@ -429,4 +429,72 @@ fn a_schedule_made_on_a_full_timer_runs_all_the_same() {
     assert_eq!(reaper.size(), 1);
     reaper.close();
     assert!(!handle.is_active(), "a closed timer still ends it");
+}
+
+/// A `MockTimer` whose storage is full for the next `refusals` tasks added past its bound:
+/// `try_add_unbounded` refuses them (`AddError::Full`), then takes tasks again.
+#[derive(Default)]
+struct FullStore {
+    inner: MockTimer,
+    refusals: AtomicUsize,
+}
+
+impl Timer for FullStore {
+    fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
+        self.inner.add(task)
+    }
+    fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        self.inner.try_add(task)
+    }
+    fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
+        let refusal = |n: usize| n.checked_sub(1);
+        let full = self
+            .refusals
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, refusal);
+        match full {
+            Ok(_) => Err(AddError::Full(task)),
+            Err(_) => self.inner.try_add_unbounded(task),
+        }
+    }
+    fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
+        self.inner.reschedule(entry, delay_ms)
+    }
+    fn advance_clock(&self, timeout_ms: i64) -> bool {
+        self.inner.advance_clock(timeout_ms)
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn close(&self) {
+        self.inner.close();
+    }
+    fn stop(&self) -> Vec<Box<dyn TimerTask>> {
+        self.inner.stop()
+    }
+}
+
+/// A refused tick ends the schedule even when the store has room again at once: no tick
+/// runs early, none later.
+#[test]
+fn a_tick_refused_by_a_full_store_ends_the_schedule() {
+    let timer = Arc::new(FullStore::default());
+    timer.refusals.store(1, Ordering::SeqCst);
+    let never = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || unreachable!());
+    assert!(!never.is_active(), "its first tick was refused");
+    timer.advance_clock(100);
+    assert_eq!((never.runs(), timer.size()), (0, 0));
+
+    let handle = schedule_periodic(timer.clone(), 10, MissedTicks::Burst, || {});
+    timer.advance_clock(10);
+    assert_eq!(handle.runs(), 1);
+    timer.refusals.store(1, Ordering::SeqCst);
+    timer.advance_clock(10);
+    assert!(!handle.is_active(), "its next tick was refused");
+    assert_eq!(
+        (handle.runs(), timer.size()),
+        (1, 0),
+        "the due tick did not run"
+    );
+    timer.advance_clock(100);
+    assert_eq!(handle.runs(), 1);
 }
