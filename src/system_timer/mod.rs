@@ -50,7 +50,7 @@ use flush::{Expiring, Flusher, Parts, add_timer_task_entry};
 /// thread by default, as in Kafka).
 ///
 /// Something must drive it: call [`advance_clock`](Timer::advance_clock) in a loop, or wrap
-/// it in a [`SystemTimerReaper`], which does that on its own thread as Kafka's reaper does
+/// it in a [`SystemTimerReaper`](crate::SystemTimerReaper), which does that on its own thread as Kafka's reaper does
 /// (`while (running) timer.advanceClock(200)`).
 ///
 /// # Examples
