@@ -1,7 +1,7 @@
 //! Where expired tasks run: the built-in fixed pool (Kafka's
-//! `Executors.newFixedThreadPool(1)`, with any number of threads), a `threadpool::ThreadPool`
-//! the caller owns, or any executor the caller gives as a function; how late each task
-//! starts; and the bound on the tasks in flight (`max_in_flight`).
+//! `Executors.newFixedThreadPool(1)`, with any number of threads), or any executor the
+//! caller gives as a function (a `threadpool::ThreadPool` the caller owns is one); how late
+//! each task starts; and the bound on the tasks in flight (`max_in_flight`).
 //!
 //! # Ground rules
 //!
@@ -14,20 +14,17 @@
 //!   With more, each task is a message of its own, so that no task ever waits behind a
 //!   slow one while a thread is free; tasks that expired together then run concurrently,
 //!   in no order. The timer names its threads and joins them at `close`.
-//! - A caller's executor (a `threadpool::ThreadPool`, or a function): each task is a job of
-//!   its own, a `Box<dyn FnOnce() + Send>`, handed to the caller's function with no lock
-//!   held. The timer never names or joins those threads. A job dropped without being run
-//!   (the executor broke its contract) is logged at `error!` and counted finished: its task
-//!   is lost, and `close` does not wait for it forever. A panic out of the function itself
-//!   is caught and logged the same way.
+//! - A caller's executor: each task is a job of its own, a `Box<dyn FnOnce() + Send>`,
+//!   handed to the caller's function with no lock held. The timer never names or joins
+//!   those threads. A job dropped without being run (the executor broke its contract) is
+//!   logged at `error!` and counted finished: its task is lost, and `close` does not wait
+//!   for it forever. A panic out of the function itself is caught and logged the same way.
 //! - `in_flight` counts tasks handed over and not yet finished (atomics). A `close` that
 //!   waits for it registers in `waiters`, and while any does, every task that finishes
-//!   wakes it (`idle`, with its mutex); otherwise finishing a task takes no lock. A job
-//!   counts its tasks finished from a drop guard, so the count comes down even if it
-//!   unwinds.
-//! - A `close` that gave up waiting is logged once (`gave_up`).
+//!   wakes it (`idle`, with its mutex `lock`); otherwise finishing a task takes no lock.
 //! - A task's panic is caught, logged at `error!`, and the executor goes on. So is a panic
-//!   in the `Drop` of the panic's payload: nothing a task does unwinds out of [`run_task`].
+//!   in the `Drop` of the panic's payload: nothing a task does unwinds out of [`run_task`],
+//!   and so nothing unwinds out of a pool thread's job.
 //! - Every `close` of the timer waits for the tasks in flight, up to one deadline set by the
 //!   first wait (`shutdown_deadline`), then stops the built-in pool's threads and joins
 //!   them. A task cannot wait for itself: a `close` called from a task waits only for the
@@ -54,25 +51,21 @@
 //! `reserve`); a finisher lowers `in_flight`, then reads the held count; both with
 //! `SeqCst`, so at least one of them sees the other and refills (a finisher that finds
 //! less than an eighth free, with tasks queued, leaves it to the thread that runs those:
-//! it finishes them and looks again). A refill that
-//! took fewer tasks than permits gives the rest back and looks again, blocking on the
-//! shards' locks rather than spinning. A thread already refilling (a caller's executor
-//! that runs jobs inline) does not start a second refill inside the first: the outer one
-//! goes on until permits or held tasks run out.
+//! it finishes them and looks again). A refill that took fewer tasks than permits gives
+//! the rest back and looks again, blocking on the shards' locks rather than spinning. A
+//! thread already refilling (a caller's executor that runs jobs inline) does not start a
+//! second refill inside the first: the outer one goes on until permits or held tasks run
+//! out.
 //!
-//! Lock order (see `crate::lock_order`): the executor's mutexes (`idle`'s, `threads`,
-//! `buffers`) are leaves; none is held while a task runs, while the caller's function is
-//! called, or while another lock is taken, and none is taken under a lock of the timer.
-//! A refill takes one shard's lock at a time (through [`HeldTasks::take`]), with no other
-//! lock held.
+//! The executor's mutexes are leaves (see `crate::lock_order`); a refill takes one shard's
+//! lock at a time (through [`HeldTasks::take`]), with no other lock held.
 
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -92,6 +85,10 @@ const BATCH: usize = 64;
 /// fall this many jobs behind the driver before a flush allocates one.
 const KEPT_BUFFERS: usize = 32;
 
+/// Tasks whose boxes are asked for ahead of the one that runs: enough misses in flight to
+/// overlap, few enough to stay cached until their turn.
+const PREFETCH_AHEAD: usize = 8;
+
 /// A job for a caller's executor: run it once, on any thread.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
@@ -99,21 +96,18 @@ pub(crate) type Job = Box<dyn FnOnce() + Send>;
 pub(crate) type ExecuteFn = Arc<dyn Fn(Job) + Send + Sync>;
 
 /// Where a timer's expired tasks run, as its builder was told.
-#[derive(Clone)]
 pub(crate) enum ExecutorKind {
-    /// The built-in pool of this many threads, which the timer names and joins.
+    /// The built-in pool of this many threads (at least one), which the timer names and
+    /// joins.
     Threads(usize),
-    /// A `threadpool::ThreadPool` the caller owns.
-    Threadpool(threadpool::ThreadPool),
-    /// Any executor, as a function that takes jobs.
+    /// A caller's executor, as a function that takes jobs.
     Function(ExecuteFn),
 }
 
 impl fmt::Debug for ExecutorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ExecutorKind::Threads(threads) => f.debug_tuple("Threads").field(threads).finish(),
-            ExecutorKind::Threadpool(pool) => f.debug_tuple("Threadpool").field(pool).finish(),
+            ExecutorKind::Threads(threads) => write!(f, "Threads({threads})"),
             ExecutorKind::Function(_) => f.write_str("Function(..)"),
         }
     }
@@ -136,7 +130,7 @@ enum PoolJob {
     /// One task: on a pool of several threads, or handed over alone (see
     /// [`Executor::hand_over_one`]).
     One(Expired),
-    /// Ends the thread that receives it (one per thread, sent at shutdown).
+    /// Ends the thread that receives it (sent at shutdown).
     Stop,
 }
 
@@ -145,23 +139,11 @@ enum Runner {
     /// The built-in pool: its queue and its size.
     Pool {
         jobs: Sender<PoolJob>,
+        queue: Receiver<PoolJob>,
         threads: usize,
     },
-    /// A caller's executor: `threadpool` or `function`, for `Debug`.
-    Caller {
-        execute: ExecuteFn,
-        kind: &'static str,
-    },
-}
-
-/// The bound on tasks in flight, and where the tasks it holds back wait.
-struct Limit {
-    max: usize,
-    held: Arc<dyn HeldTasks>,
-    /// The permits a thread that finished tasks waits for before it refills while the
-    /// executor has tasks queued: an eighth of the bound (at least 1), so that refills take
-    /// held tasks a few at a time, one shard lock for several.
-    refill_at: usize,
+    /// A caller's executor.
+    Caller(ExecuteFn),
 }
 
 /// The executor of one timer.
@@ -172,8 +154,6 @@ pub(crate) struct Executor {
     bounded: bool,
     /// The built-in pool's threads not joined yet (none on a caller's executor).
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// Set when the stop messages are sent (once).
-    stopped: AtomicBool,
     /// When every wait for the tasks in flight gives up; set by the first wait.
     shutdown_deadline: OnceLock<Instant>,
     /// Set by the first wait that gave up (see [`Executor::first_give_up`]).
@@ -191,26 +171,24 @@ struct Shared {
     started: AtomicUsize,
     /// Threads waiting in `wait_idle`: while there are any, each finished task wakes them.
     waiters: AtomicUsize,
-    /// The tasks that those of them running this executor's tasks are running (one each,
-    /// or several nested on an inline executor), still in flight.
-    task_waiters: AtomicUsize,
-    lock: Mutex<()>,
+    /// `idle`'s mutex, over the tasks that the waiting threads run (one each if they wait
+    /// from this executor's tasks, or several nested on an inline executor).
+    lock: Mutex<usize>,
     idle: Condvar,
     /// Emptied batch buffers, handed back by the pool's threads for the next batches.
     buffers: Mutex<Vec<Vec<Expired>>>,
     /// The timer's clock, that lateness is read on.
     clock: TimerClock,
     lateness: Arc<LatenessHistogram>,
-    limit: Option<Limit>,
+    /// `max_in_flight`, and where the tasks it holds back wait.
+    limit: Option<(usize, Arc<dyn HeldTasks>)>,
 }
 
 thread_local! {
-    /// The executor whose task this thread is running (0: none).
-    static RUNNING_FOR: Cell<usize> = const { Cell::new(0) };
-    /// How many of that executor's tasks this thread is running, one inside another: more
-    /// than one only on a caller's executor that runs jobs inline, where a task's `add` of
-    /// a task already due runs it at once.
-    static RUNNING_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// The executor whose tasks this thread is running (0: none), and how many, one inside
+    /// another: more than one only on a caller's executor that runs jobs inline, where a
+    /// task's `add` of a task already due runs it at once.
+    static RUNNING: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     /// The executor this thread is refilling (0: none).
     static REFILLING: Cell<usize> = const { Cell::new(0) };
 }
@@ -218,12 +196,12 @@ thread_local! {
 impl Executor {
     /// Starts the executor `kind` names for the timer `name` (the built-in pool's threads
     /// are `executor-{name}`, or `executor-{name}-{i}`), counting lateness in `lateness`
-    /// on the timer's `clock`, and bounded by `limit`: `max_in_flight`, and
-    /// where the tasks it holds back wait.
+    /// on the timer's `clock`, and bounded by `limit`: `max_in_flight`, and where the tasks
+    /// it holds back wait.
     ///
     /// # Panics
     ///
-    /// Panics if a thread cannot be spawned, or if the pool has no thread.
+    /// Panics if a thread cannot be spawned.
     pub(crate) fn new(
         name: &str,
         kind: ExecutorKind,
@@ -231,22 +209,16 @@ impl Executor {
         lateness: Arc<LatenessHistogram>,
         limit: Option<(usize, Arc<dyn HeldTasks>)>,
     ) -> Executor {
-        let mut queue = None;
         let runner = match kind {
             ExecutorKind::Threads(threads) => {
-                assert!(threads > 0, "an executor needs at least one thread");
-                let (jobs, receiver) = crossbeam_channel::unbounded();
-                queue = Some(receiver);
-                Runner::Pool { jobs, threads }
+                let (jobs, queue) = crossbeam_channel::unbounded();
+                Runner::Pool {
+                    jobs,
+                    queue,
+                    threads,
+                }
             }
-            ExecutorKind::Threadpool(pool) => Runner::Caller {
-                execute: Arc::new(move |job: Job| pool.execute(job)),
-                kind: "threadpool",
-            },
-            ExecutorKind::Function(execute) => Runner::Caller {
-                execute,
-                kind: "function",
-            },
+            ExecutorKind::Function(execute) => Runner::Caller(execute),
         };
         let shared = Arc::new(Shared {
             runner,
@@ -254,43 +226,31 @@ impl Executor {
             in_flight: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
-            task_waiters: AtomicUsize::new(0),
-            lock: Mutex::new(()),
+            lock: Mutex::new(0),
             idle: Condvar::new(),
             buffers: Mutex::new(Vec::new()),
             clock,
             lateness,
-            limit: limit.map(|(max, held)| Limit {
-                max,
-                held,
-                refill_at: (max / 8).max(1),
-            }),
+            limit,
         });
-        let handles = match (&shared.runner, queue) {
-            (Runner::Pool { threads, .. }, Some(queue)) => (0..*threads)
-                .map(|i| {
-                    let thread_name = if *threads == 1 {
-                        format!("executor-{name}")
-                    } else {
-                        format!("executor-{name}-{i}")
-                    };
-                    let queue = queue.clone();
-                    let shared = Arc::clone(&shared);
-                    std::thread::Builder::new()
-                        .name(thread_name.clone())
-                        .spawn(move || work(&queue, &shared))
-                        .unwrap_or_else(|e| {
-                            panic!("cannot spawn executor thread {thread_name:?}: {e}")
-                        })
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let mut handles = Vec::new();
+        if let Runner::Pool { queue, threads, .. } = &shared.runner {
+            for i in 0..*threads {
+                let thread_name = match threads {
+                    1 => format!("executor-{name}"),
+                    _ => format!("executor-{name}-{i}"),
+                };
+                let (queue, shared) = (queue.clone(), Arc::clone(&shared));
+                let spawned = std::thread::Builder::new()
+                    .name(thread_name)
+                    .spawn(move || work(&queue, &shared));
+                handles.push(spawned.expect("cannot spawn an executor thread"));
+            }
+        }
         Executor {
             bounded: shared.limit.is_some(),
             shared,
             threads: Mutex::new(handles),
-            stopped: AtomicBool::new(false),
             shutdown_deadline: OnceLock::new(),
             gave_up: AtomicBool::new(false),
         }
@@ -319,29 +279,24 @@ impl Executor {
     /// executor, or a task run inline) runs under it. Not for a bounded executor, whose
     /// tasks go through [`refill`](Executor::refill).
     pub(crate) fn hand_over(&self, tasks: Vec<Expired>) -> Handover<'_> {
-        debug_assert!(tasks.is_empty() || !self.is_bounded());
-        if !tasks.is_empty() {
-            self.shared
-                .in_flight
-                .fetch_add(tasks.len(), Ordering::AcqRel);
-        }
-        Handover {
-            shared: &self.shared,
-            tasks,
-            one: None,
-        }
+        self.count_in_flight(tasks, None)
     }
 
     /// [`hand_over`](Executor::hand_over) for a single task: an add already expired. It
     /// travels as a job of its own, so that no buffer is allocated for it under the lock.
     pub(crate) fn hand_over_one(&self, task: Expired) -> Handover<'_> {
-        debug_assert!(!self.is_bounded());
-        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
-        Handover {
-            shared: &self.shared,
-            tasks: Vec::new(),
-            one: Some(task),
+        self.count_in_flight(Vec::new(), Some(task))
+    }
+
+    /// Counts `tasks` and `one` in flight, for the returned [`Handover`] to send.
+    fn count_in_flight(&self, tasks: Vec<Expired>, one: Option<Expired>) -> Handover<'_> {
+        let count = tasks.len() + usize::from(one.is_some());
+        debug_assert!(count == 0 || !self.bounded);
+        if count > 0 {
+            self.shared.in_flight.fetch_add(count, Ordering::AcqRel);
         }
+        let shared = &self.shared;
+        Handover { shared, tasks, one }
     }
 
     /// Hands held tasks over, oldest first, while the bound leaves room for them: called,
@@ -358,10 +313,9 @@ impl Executor {
     /// Returns how many of this executor's tasks the calling thread is running, one inside
     /// another (0: none).
     fn running_here(&self) -> usize {
-        if RUNNING_FOR.with(Cell::get) == self.shared.id() {
-            RUNNING_DEPTH.with(Cell::get)
-        } else {
-            0
+        match RUNNING.get() {
+            (running_for, depth) if running_for == self.shared.id() => depth,
+            _ => 0,
         }
     }
 
@@ -374,45 +328,25 @@ impl Executor {
             .shutdown_deadline
             .get_or_init(|| Instant::now() + timeout);
         let shared = &self.shared;
-        // The tasks this thread runs cannot finish before this returns: they are not
-        // waited for (see `task_waiters`).
+        // The tasks this thread runs cannot finish before this returns: not waited for.
         let mine = self.running_here();
-        let on_task = mine > 0;
-        if on_task && matches!(shared.runner, Runner::Pool { threads: 1, .. }) {
-            return 0;
-        }
-        let mut guard = shared.lock.lock();
-        shared.waiters.fetch_add(1, Ordering::SeqCst);
-        if on_task {
-            shared.task_waiters.fetch_add(mine, Ordering::SeqCst);
-        }
-        let left = || {
-            let task_waiters = shared.task_waiters.load(Ordering::SeqCst);
-            match &shared.runner {
-                // The tasks of the pool threads that wait here cannot finish before they
-                // return, and once every thread waits here, nothing more can finish at all.
-                Runner::Pool { threads, .. } if task_waiters == *threads => 0,
-                _ if !on_task => shared.in_flight.load(Ordering::SeqCst),
-                Runner::Pool { .. } => shared
-                    .in_flight
-                    .load(Ordering::SeqCst)
-                    .saturating_sub(task_waiters),
-                Runner::Caller { .. } => shared
-                    .started
-                    .load(Ordering::SeqCst)
-                    .saturating_sub(task_waiters),
-            }
+        let load = |count: &AtomicUsize| count.load(Ordering::SeqCst);
+        // What is left to wait for, while the waiting threads run `waiting` tasks.
+        let left = |waiting: usize| match &shared.runner {
+            // Once every pool thread waits here, nothing more can finish.
+            Runner::Pool { threads, .. } if waiting == *threads => 0,
+            _ if mine == 0 => load(&shared.in_flight),
+            Runner::Pool { .. } => load(&shared.in_flight).saturating_sub(waiting),
+            Runner::Caller(_) => load(&shared.started).saturating_sub(waiting),
         };
-        let mut unfinished = left();
-        while unfinished > 0 && !shared.idle.wait_until(&mut guard, deadline).timed_out() {
-            unfinished = left();
-        }
-        unfinished = left();
-        if on_task {
-            shared.task_waiters.fetch_sub(mine, Ordering::SeqCst);
-        }
+        let mut waiting = shared.lock.lock();
+        shared.waiters.fetch_add(1, Ordering::SeqCst);
+        *waiting += mine;
+        while left(*waiting) > 0 && !shared.idle.wait_until(&mut waiting, deadline).timed_out() {}
+        let unfinished = left(*waiting);
+        *waiting -= mine;
         shared.waiters.fetch_sub(1, Ordering::SeqCst);
-        drop(guard);
+        drop(waiting);
         // A task's thread leaving changes what the others wait for.
         shared.idle.notify_all();
         unfinished
@@ -425,32 +359,24 @@ impl Executor {
         !self.gave_up.swap(true, Ordering::AcqRel)
     }
 
-    /// Stops the built-in pool's threads once the queue before them is done (the first
-    /// call sends the stop messages), and joins them unless `join` is false (tasks still
-    /// running past the deadline) or this is a pool thread, which cannot join itself: those
-    /// threads are left for a later call from outside the pool. Concurrent callers return
-    /// once the first one has joined them. A caller's executor has nothing to stop.
+    /// Stops the built-in pool's threads once the queue before them is done, and joins
+    /// them unless `join` is false (tasks still running past the deadline) or this is a
+    /// pool thread, which cannot join itself: those threads are left for a later call from
+    /// outside the pool. Concurrent callers return once the first one has joined them. A
+    /// caller's executor has nothing to stop.
     pub(crate) fn shut_down(&self, join: bool) {
-        let Runner::Pool {
-            jobs,
-            threads: count,
-        } = &self.shared.runner
-        else {
+        let Runner::Pool { jobs, threads, .. } = &self.shared.runner else {
             return;
         };
-        let mut threads = self.threads.lock();
-        if !self.stopped.swap(true, Ordering::AcqRel) {
-            for _ in 0..*count {
-                // Fails only if every thread already ended, which needs these very messages.
-                let _ = jobs.send(PoolJob::Stop);
-            }
+        let mut handles = self.threads.lock();
+        // Every call sends them: a thread ends at the first one it takes, and those no
+        // thread takes go with the queue.
+        for _ in 0..*threads {
+            let _ = jobs.send(PoolJob::Stop);
         }
         if join && self.running_here() == 0 {
-            for handle in threads.drain(..) {
-                if handle.join().is_err() {
-                    log::error!("an executor thread panicked");
-                }
-            }
+            // A pool thread's panic, which no task causes, was reported by the panic hook.
+            handles.drain(..).for_each(|handle| drop(handle.join()));
         }
     }
 }
@@ -482,21 +408,16 @@ impl Shared {
     /// from [`batch`](Shared::batch) goes back to be reused once its tasks ran (or at once,
     /// when they go one per job).
     fn send_counted(self: &Arc<Self>, mut tasks: Vec<Expired>) {
-        if tasks.is_empty() {
-            self.recycle(tasks);
-            return;
-        }
         match &self.runner {
-            Runner::Pool { jobs, threads: 1 } => self.send_to_pool(jobs, PoolJob::Batch(tasks)),
-            Runner::Pool { jobs, .. } => {
-                for task in tasks.drain(..) {
-                    self.send_to_pool(jobs, PoolJob::One(task));
-                }
-                self.recycle(tasks);
+            // The queue never closes: `Shared` holds its receiver.
+            Runner::Pool {
+                jobs, threads: 1, ..
+            } if !tasks.is_empty() => {
+                let _ = jobs.send(PoolJob::Batch(tasks));
             }
-            Runner::Caller { execute, .. } => {
+            _ => {
                 for task in tasks.drain(..) {
-                    self.execute(execute, task);
+                    self.send_one(task);
                 }
                 self.recycle(tasks);
             }
@@ -506,35 +427,24 @@ impl Shared {
     /// [`send_counted`](Shared::send_counted) for one task, as a job of its own.
     fn send_one(self: &Arc<Self>, task: Expired) {
         match &self.runner {
-            Runner::Pool { jobs, .. } => self.send_to_pool(jobs, PoolJob::One(task)),
-            Runner::Caller { execute, .. } => self.execute(execute, task),
-        }
-    }
-
-    fn send_to_pool(&self, jobs: &Sender<PoolJob>, job: PoolJob) {
-        if let Err(refused) = jobs.send(job) {
-            // Unreachable while the executor lives: the pool's threads hold the receiver
-            // until they are stopped, and no task is handed over after that.
-            self.finished(refused.into_inner().len());
-        }
-    }
-
-    /// Hands one task to the caller's executor as a job of its own.
-    fn execute(self: &Arc<Self>, execute: &ExecuteFn, task: Expired) {
-        let job = CallerJob {
-            task: Some(task),
-            shared: Arc::clone(self),
-        };
-        let executed = catch_unwind(AssertUnwindSafe(|| execute(Box::new(move || job.run()))));
-        if let Err(payload) = executed {
-            // The job was dropped, and counted finished, on the way out (or it is still
-            // with the executor, which will run it).
-            log::error!(
-                "timer {}: the executor panicked when handed a task: {}",
-                self.name,
-                panic_message(&*payload)
-            );
-            drop_payload(payload);
+            Runner::Pool { jobs, .. } => {
+                let _ = jobs.send(PoolJob::One(task));
+            }
+            Runner::Caller(execute) => {
+                let job = CallerJob {
+                    task: Some(task),
+                    shared: Arc::clone(self),
+                };
+                // On a panic, the job was dropped, and counted finished, on the way out (or
+                // it is still with the executor, which will run it).
+                caught(
+                    || execute(Box::new(move || job.run())),
+                    format_args!(
+                        "timer {}: the executor panicked when handed a task",
+                        self.name
+                    ),
+                );
+            }
         }
     }
 
@@ -549,98 +459,69 @@ impl Shared {
 
     /// Counts `count` tasks in flight finished, waking the `close` calls that wait.
     fn finished(&self, count: usize) {
-        if count == 0 {
-            return;
-        }
-        let left = self.in_flight.fetch_sub(count, Ordering::SeqCst) - count;
-        if left == 0 || self.waiters.load(Ordering::SeqCst) > 0 {
+        self.in_flight.fetch_sub(count, Ordering::SeqCst);
+        // `SeqCst`: a waiter registers, then reads `in_flight`; either it sees this
+        // decrement, or this sees it and wakes it.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
             let _guard = self.lock.lock();
             self.idle.notify_all();
         }
     }
 
-    /// Raises `in_flight` by as many permits as the bound `max` leaves, at most `want`, if
-    /// that is `at_least`; returns how many.
-    fn reserve(&self, max: usize, at_least: usize, want: usize) -> usize {
-        let mut current = self.in_flight.load(Ordering::SeqCst);
-        loop {
-            let free = max.saturating_sub(current).min(want);
-            if free == 0 || free < at_least {
-                return 0;
-            }
-            match self.in_flight.compare_exchange_weak(
-                current,
-                current + free,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return free,
-                Err(actual) => current = actual,
-            }
-        }
-    }
-
-    /// The refill of a thread that finished tasks: while the executor has tasks queued, once
-    /// an eighth of the bound is free (see `Limit::refill_at`); with none queued, at once, so
+    /// Counts `count` tasks that ran finished, then hands held tasks over in their place:
+    /// while the executor has tasks queued, once an eighth of the bound is free, so that a
+    /// refill takes several, one shard lock for several; with none queued, at once, so
     /// that no thread idles while tasks are held.
-    fn refill_after_finishing(self: &Arc<Self>) {
-        if let Some(limit) = &self.limit {
-            let at_least = if self.has_queued() {
-                limit.refill_at
-            } else {
-                1
+    fn done(self: &Arc<Self>, count: usize) {
+        self.finished(count);
+        if let Some((max, _)) = &self.limit {
+            let queued = match &self.runner {
+                Runner::Pool { jobs, .. } => !jobs.is_empty(),
+                Runner::Caller(_) => {
+                    self.in_flight.load(Ordering::SeqCst) > self.started.load(Ordering::SeqCst)
+                }
             };
-            self.refill(at_least);
+            self.refill(if queued { (max / 8).max(1) } else { 1 });
         }
     }
 
-    /// True if tasks handed over wait in the executor for a thread to start them.
-    fn has_queued(&self) -> bool {
-        match &self.runner {
-            Runner::Pool { jobs, .. } => !jobs.is_empty(),
-            Runner::Caller { .. } => {
-                self.in_flight.load(Ordering::SeqCst) > self.started.load(Ordering::SeqCst)
-            }
-        }
+    /// Raises `in_flight` by as many permits as the bound `max` leaves, at most a batch, if
+    /// that is `at_least` (at least 1); returns how many.
+    fn reserve(&self, max: usize, at_least: usize) -> usize {
+        let free = |in_flight: usize| max.saturating_sub(in_flight).min(BATCH);
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |in_flight| {
+                (free(in_flight) >= at_least).then(|| in_flight + free(in_flight))
+            })
+            .map_or(0, free)
     }
 
     /// See [`Executor::refill`]; hands over nothing unless the bound leaves room for
     /// `at_least` tasks.
     fn refill(self: &Arc<Self>, at_least: usize) {
-        let Some(limit) = &self.limit else {
+        let Some((max, held)) = &self.limit else {
             return;
         };
         let id = self.id();
-        let outer = REFILLING.with(|refilling| refilling.replace(id));
+        let outer = REFILLING.replace(id);
         if outer == id {
             // The refill this thread is in (further up its stack) goes on.
             return;
         }
-        let _done = Refilling { outer };
-        while limit.held.len() > 0 {
-            let permits = self.reserve(limit.max, at_least, BATCH);
+        while held.len() > 0 {
+            let permits = self.reserve(*max, at_least);
             if permits == 0 {
-                return;
+                break;
             }
             let mut batch = self.batch();
-            let taken = limit.held.take(permits, &mut batch);
+            let taken = held.take(permits, &mut batch);
             // Fewer held than permits: give the rest back, and look again while the held
             // count says there are more (each look blocks on the shards' locks, never spins).
             self.finished(permits - taken);
             self.send_counted(batch);
         }
-    }
-}
-
-/// Ends this thread's refill when dropped, back to the refill of another executor that it
-/// runs inside, if any.
-struct Refilling {
-    outer: usize,
-}
-
-impl Drop for Refilling {
-    fn drop(&mut self) {
-        REFILLING.with(|refilling| refilling.set(self.outer));
+        // Nothing above unwinds: the caller's executor's panics are caught.
+        REFILLING.set(outer);
     }
 }
 
@@ -678,40 +559,42 @@ impl Drop for Executor {
     }
 }
 
-impl PoolJob {
-    /// The tasks in this job.
-    fn len(&self) -> usize {
-        match self {
-            PoolJob::Batch(tasks) => tasks.len(),
-            PoolJob::One(_) => 1,
-            PoolJob::Stop => 0,
+/// A built-in pool thread's loop: runs the jobs it receives until told to stop. A job
+/// never unwinds (see the ground rules), so its tasks are counted finished after it.
+fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>) {
+    RUNNING.set((shared.id(), 1));
+    for job in queue {
+        match job {
+            PoolJob::Batch(tasks) => shared.done(run_in_order(shared, tasks)),
+            PoolJob::One(task) => {
+                shared.run(task);
+                shared.done(1);
+            }
+            PoolJob::Stop => break,
         }
     }
 }
 
-/// A built-in pool thread's loop: runs the jobs it receives until told to stop.
-fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>) {
-    RUNNING_FOR.with(|running| running.set(shared.id()));
-    RUNNING_DEPTH.with(|running| running.set(1));
-    loop {
-        match queue.recv() {
-            Ok(PoolJob::Batch(mut tasks)) => {
-                let _finished = Finished {
-                    shared,
-                    count: tasks.len(),
-                };
-                run_in_order(shared, &mut tasks);
-                shared.recycle(tasks);
-            }
-            Ok(PoolJob::One(task)) => {
-                let _finished = Finished { shared, count: 1 };
-                shared.run(task);
-            }
-            Ok(PoolJob::Stop) | Err(_) => break,
+/// Runs `tasks` in order, keeps the buffer for reuse, and returns how many ran. The first
+/// read of a task's box is likely a cache and TLB miss (it was allocated long before), so
+/// the boxes of the next tasks are asked for ahead of time (see `prefetch`); draining
+/// leaves them where those point.
+fn run_in_order(shared: &Shared, mut tasks: Vec<Expired>) -> usize {
+    let count = tasks.len();
+    tasks
+        .iter()
+        .take(PREFETCH_AHEAD)
+        .for_each(|expired| prefetch(&*expired.task));
+    let mut draining = tasks.drain(..);
+    while let Some(expired) = draining.next() {
+        if let Some(ahead) = draining.as_slice().get(PREFETCH_AHEAD - 1) {
+            prefetch(&*ahead.task);
         }
+        shared.run(expired);
     }
-    RUNNING_FOR.with(|running| running.set(0));
-    RUNNING_DEPTH.with(|running| running.set(0));
+    drop(draining);
+    shared.recycle(tasks);
+    count
 }
 
 /// One task as a job for a caller's executor. Counted finished when dropped, run or not.
@@ -723,102 +606,43 @@ struct CallerJob {
 
 impl CallerJob {
     fn run(mut self) {
-        let Some(task) = self.task.take() else {
-            return;
-        };
-        let shared = &self.shared;
-        let outer = RUNNING_FOR.with(|running| running.replace(shared.id()));
-        let depth = if outer == shared.id() {
-            RUNNING_DEPTH.with(Cell::get) + 1
-        } else {
-            1
-        };
-        let outer_depth = RUNNING_DEPTH.with(|running| running.replace(depth));
-        shared.started.fetch_add(1, Ordering::SeqCst);
-        shared.run(task);
-        shared.started.fetch_sub(1, Ordering::SeqCst);
-        RUNNING_DEPTH.with(|running| running.set(outer_depth));
-        RUNNING_FOR.with(|running| running.set(outer));
+        let task = self.task.take().expect("a job runs once");
+        let id = self.shared.id();
+        let outer = RUNNING.get();
+        RUNNING.set((id, if outer.0 == id { outer.1 + 1 } else { 1 }));
+        self.shared.started.fetch_add(1, Ordering::SeqCst);
+        self.shared.run(task);
+        self.shared.started.fetch_sub(1, Ordering::SeqCst);
+        RUNNING.set(outer);
     }
 }
 
 impl Drop for CallerJob {
     fn drop(&mut self) {
-        if let Some(lost) = self.task.take() {
+        if self.task.take().is_some() {
             log::error!(
                 "timer {}: the executor dropped a job without running it; its task is lost",
                 self.shared.name
             );
-            drop(lost);
         }
-        self.shared.finished(1);
-        self.shared.refill_after_finishing();
-    }
-}
-
-/// Tasks whose boxes are asked for ahead of the one that runs: enough misses in flight to
-/// overlap, few enough to stay cached until their turn.
-const PREFETCH_AHEAD: usize = 8;
-
-/// Runs `tasks` in order and leaves the buffer empty. The first read of a task's box is
-/// likely a cache and TLB miss (it was allocated long before), so the boxes of the next
-/// tasks are asked for ahead of time (see `prefetch`).
-fn run_in_order(shared: &Shared, tasks: &mut Vec<Expired>) {
-    tasks
-        .iter()
-        .take(PREFETCH_AHEAD)
-        .for_each(|expired| prefetch(&*expired.task));
-    for at in 0..tasks.len() {
-        if let Some(ahead) = tasks.get(at + PREFETCH_AHEAD) {
-            prefetch(&*ahead.task);
-        }
-        // Moved out by swapping in a task that does nothing (a zero-sized box: no
-        // allocation), so that the rest stay where the prefetches point.
-        let ran = Expired {
-            task: Box::new(Ran),
-            expiration_ms: 0,
-        };
-        shared.run(std::mem::replace(&mut tasks[at], ran));
-    }
-    tasks.clear();
-}
-
-/// Takes the place of a task of a batch that ran.
-struct Ran;
-
-impl TimerTask for Ran {
-    fn delay_ms(&self) -> i64 {
-        0
-    }
-    fn run(self: Box<Self>) {}
-}
-
-/// Counts a pool job's tasks finished when dropped (also if the job unwinds, after the
-/// tasks not run yet are dropped), then hands held tasks over in their place.
-struct Finished<'a> {
-    shared: &'a Arc<Shared>,
-    count: usize,
-}
-
-impl Drop for Finished<'_> {
-    fn drop(&mut self) {
-        self.shared.finished(self.count);
-        self.shared.refill_after_finishing();
+        self.shared.done(1);
     }
 }
 
 /// Runs one task, catching and logging its panic; never unwinds.
 pub(crate) fn run_task(task: Box<dyn TimerTask>) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| task.run())) {
-        log::error!("timer task panicked: {}", panic_message(&*payload));
-        drop_payload(payload);
-    }
+    caught(|| task.run(), format_args!("timer task panicked"));
 }
 
-/// Drops a panic's payload, whose `Drop` is user code and may panic in turn. The payload of
-/// that second panic is user data as well, so it is leaked rather than dropped: a few
-/// bytes, once, instead of a chain of panics out of the executor's job.
-fn drop_payload(payload: Box<dyn Any + Send>) {
+/// Runs `run`, catching its panic and logging it at `error!` after `what`; never unwinds.
+/// The panic's payload is dropped, and its `Drop` is user code that may panic in turn: that
+/// second panic's payload is user data as well, so it is leaked rather than dropped (a few
+/// bytes, once, instead of a chain of panics).
+fn caught(run: impl FnOnce(), what: fmt::Arguments<'_>) {
+    let Err(payload) = catch_unwind(AssertUnwindSafe(run)) else {
+        return;
+    };
+    log::error!("{what}: {}", panic_message(&*payload));
     if let Err(again) = catch_unwind(AssertUnwindSafe(|| drop(payload))) {
         log::error!(
             "dropping a timer task's panic payload panicked: {}; leaking that panic's payload",
@@ -835,22 +659,4 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-impl fmt::Debug for Executor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shared = &self.shared;
-        let mut debug = f.debug_struct("Executor");
-        match &shared.runner {
-            Runner::Pool { threads, .. } => debug.field("threads", threads),
-            Runner::Caller { kind, .. } => debug.field("caller", kind),
-        };
-        debug
-            .field("in_flight", &shared.in_flight.load(Ordering::Relaxed))
-            .field(
-                "max_in_flight",
-                &shared.limit.as_ref().map(|limit| limit.max),
-            )
-            .finish_non_exhaustive()
-    }
 }

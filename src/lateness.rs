@@ -18,7 +18,6 @@
 //! few, and is exact once the timer is quiet. No lock is taken here (see
 //! `crate::lock_order`).
 
-#[cfg(feature = "metrics")]
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const SUB_BITS: u32 = 5;
 const SUB_BUCKETS: usize = 1 << SUB_BITS;
 /// Buckets: 32 exact ones below 32, then 32 for each power of two from 2^5 to 2^63.
-pub(crate) const BUCKETS: usize = SUB_BUCKETS * (64 - SUB_BITS as usize + 1);
+const BUCKETS: usize = SUB_BUCKETS * (64 - SUB_BITS as usize + 1);
 
 /// How late tasks started, from [`SystemTimer::lateness`](crate::SystemTimer::lateness): a
 /// task's start on the executor minus its `expiration_ms`, in microseconds.
@@ -83,51 +82,41 @@ impl LatenessHistogram {
         }
     }
 
-    /// Returns the count in bucket `bucket`.
-    pub(crate) fn bucket(&self, bucket: usize) -> u64 {
-        self.buckets[bucket].load(Ordering::Relaxed)
+    /// Returns each bucket's count, in bucket order.
+    pub(crate) fn counts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.buckets
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
     }
 
     /// Returns the summary: count, percentiles and maximum.
     pub(crate) fn summary(&self) -> Lateness {
-        let counts: Vec<u64> = (0..BUCKETS).map(|bucket| self.bucket(bucket)).collect();
+        let counts: Vec<u64> = self.counts().collect();
+        let count: u64 = counts.iter().sum();
         let max_us = self.max_us.load(Ordering::Relaxed);
-        summarize(&counts, max_us)
-    }
-}
-
-/// The summary of bucket counts `counts` whose largest value is `max_us`.
-fn summarize(counts: &[u64], max_us: u64) -> Lateness {
-    let count: u64 = counts.iter().sum();
-    let percentile = |per_mille: u64| {
-        if count == 0 {
-            return 0;
+        // The value of rank ceil(p * count), counted from 1: in the first bucket where the
+        // values seen reach p of the count, and at least one (none, so 0, if count is 0).
+        let percentile = |per_mille: u64| {
+            let mut seen = 0u128;
+            let bucket = counts.iter().position(|&in_bucket| {
+                seen += u128::from(in_bucket);
+                seen > 0 && seen * 1000 >= u128::from(count) * u128::from(per_mille)
+            });
+            bucket.map_or(0, |bucket| midpoint(bucket).min(max_us))
+        };
+        Lateness {
+            count,
+            p50_us: percentile(500),
+            p99_us: percentile(990),
+            p999_us: percentile(999),
+            max_us,
         }
-        // The value of rank ceil(p * count), counted from 1.
-        let rank = (u128::from(count) * u128::from(per_mille))
-            .div_ceil(1000)
-            .max(1);
-        let mut seen = 0u128;
-        for (bucket, &in_bucket) in counts.iter().enumerate() {
-            seen += u128::from(in_bucket);
-            if seen >= rank {
-                return midpoint(bucket).min(max_us);
-            }
-        }
-        max_us
-    };
-    Lateness {
-        count,
-        p50_us: percentile(500),
-        p99_us: percentile(990),
-        p999_us: percentile(999),
-        max_us,
     }
 }
 
 /// Returns the bucket of `value`.
 #[inline]
-pub(crate) fn bucket_of(value: u64) -> usize {
+fn bucket_of(value: u64) -> usize {
     if value < SUB_BUCKETS as u64 {
         return value as usize;
     }
@@ -141,9 +130,8 @@ fn bounds(bucket: usize) -> (u64, u64) {
     if bucket < SUB_BUCKETS {
         return (bucket as u64, 1);
     }
-    let exponent = (bucket / SUB_BUCKETS) as u32 + SUB_BITS - 1;
+    let shift = (bucket / SUB_BUCKETS) as u32 - 1;
     let sub = (bucket % SUB_BUCKETS) as u64;
-    let shift = exponent - SUB_BITS;
     ((SUB_BUCKETS as u64 + sub) << shift, 1 << shift)
 }
 
@@ -158,20 +146,18 @@ pub(crate) fn midpoint(bucket: usize) -> u64 {
 /// 1 ms lets a task run up to a tick before its expiration).
 #[inline]
 pub(crate) fn late_us(now_ns: i128, expiration_ms: i64) -> u64 {
-    // In i64 whenever it fits, as for every real clock: an i128 division is a library call.
-    let due_ns = i128::from(expiration_ms) * 1_000_000;
-    match i64::try_from(now_ns - due_ns) {
-        Ok(late_ns) => (late_ns.max(0) as u64) / 1_000,
-        Err(_) if now_ns > due_ns => u64::try_from((now_ns - due_ns) / 1_000).unwrap_or(u64::MAX),
-        Err(_) => 0,
-    }
+    let late_ns = (now_ns - i128::from(expiration_ms) * 1_000_000).max(0);
+    // In u64 whenever it fits, as for every real clock: an i128 division is a library call.
+    u64::try_from(late_ns).map_or_else(
+        |_| u64::try_from(late_ns / 1_000).unwrap_or(u64::MAX),
+        |late_ns| late_ns / 1_000,
+    )
 }
 
-// Read only by a purgatory's expiries, which count it with the `metrics` feature only:
-// without the feature the thread-local is not kept, and each task is spared setting it.
-#[cfg(feature = "metrics")]
 thread_local! {
-    /// How late the task this thread is running started, in microseconds.
+    /// How late the task this thread is running started, in microseconds: kept with the
+    /// `metrics` feature only (a purgatory's expiries count it), so that without it each
+    /// task is spared setting it.
     static RUNNING_LATE_US: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
@@ -179,43 +165,30 @@ thread_local! {
 /// `None` outside a timer task (or under a timer that does not measure it, or without the
 /// `metrics` feature).
 pub(crate) fn running_late_us() -> Option<u64> {
-    #[cfg(feature = "metrics")]
-    return RUNNING_LATE_US.with(Cell::get);
-    #[cfg(not(feature = "metrics"))]
-    None
+    RUNNING_LATE_US.get()
 }
 
-/// Marks this thread as running a task that started `late_us` late, until dropped (which
-/// restores what was there: a task may run another inline). Without the `metrics` feature,
+/// Marks this thread as running a task that started `late_us` late, until dropped, which
+/// restores what was there (a task may run another inline). Without the `metrics` feature,
 /// nothing.
-pub(crate) struct RunningLate {
-    #[cfg(feature = "metrics")]
-    previous: Option<u64>,
-}
+pub(crate) struct RunningLate(Option<u64>);
 
 impl RunningLate {
     #[inline]
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn enter(late_us: u64) -> RunningLate {
-        RunningLate {
-            #[cfg(feature = "metrics")]
-            previous: RUNNING_LATE_US.with(|running| running.replace(Some(late_us))),
+        if !cfg!(feature = "metrics") {
+            return RunningLate(None);
         }
+        RunningLate(RUNNING_LATE_US.replace(Some(late_us)))
     }
 }
 
-#[cfg(feature = "metrics")]
 impl Drop for RunningLate {
+    #[inline]
     fn drop(&mut self) {
-        RUNNING_LATE_US.with(|running| running.set(self.previous));
-    }
-}
-
-impl std::fmt::Debug for LatenessHistogram {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LatenessHistogram")
-            .field("max_us", &self.max_us.load(Ordering::Relaxed))
-            .finish_non_exhaustive()
+        if cfg!(feature = "metrics") {
+            RUNNING_LATE_US.set(self.0);
+        }
     }
 }
 

@@ -25,11 +25,14 @@
 //! step goes to the recorder then (`Histogram::record_many`, one call per bucket that
 //! changed, at the bucket's midpoint: within 1.6 % of each value).
 
+// Without the feature, the functions below take their arguments and do nothing with them.
+#![cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+
 use std::sync::Arc;
 
 use crate::lateness::LatenessHistogram;
 #[cfg(feature = "metrics")]
-use crate::lateness::{BUCKETS, midpoint};
+use crate::lateness::midpoint;
 
 /// What a [`SystemTimer`](crate::SystemTimer) did since it was built: see
 /// [`SystemTimer::stats`](crate::SystemTimer::stats).
@@ -51,36 +54,63 @@ pub struct TimerStats {
     pub pending: u64,
 }
 
-/// A histogram of the recorder fed from one of the crate's lateness histograms: what that
-/// counted since the last export, at each bucket's midpoint.
+/// The handles of a timer or a purgatory, registered with the recorder installed when it
+/// was built: its gauges, its counters, and a histogram fed from one of the crate's
+/// lateness histograms (`source`): what that counted since the last report, at each
+/// bucket's midpoint.
 #[cfg(feature = "metrics")]
-struct LatenessExport {
-    source: Arc<LatenessHistogram>,
+struct Handles {
+    gauges: Vec<metrics::Gauge>,
+    counters: Vec<metrics::Counter>,
     histogram: metrics::Histogram,
-    /// Each bucket's count as of the last export. A leaf mutex: exports are called with no
+    source: Arc<LatenessHistogram>,
+    /// Each bucket's count as of the last report. A leaf mutex: reports are made with no
     /// lock held (see `crate::lock_order`).
-    exported: parking_lot::Mutex<Box<[u64]>>,
+    reported: parking_lot::Mutex<Vec<u64>>,
 }
 
 #[cfg(feature = "metrics")]
-impl LatenessExport {
-    fn new(source: Arc<LatenessHistogram>, histogram: metrics::Histogram) -> LatenessExport {
-        LatenessExport {
+impl Handles {
+    /// Registers the `gauges`, the `counters` and the `histogram` of `source`, each
+    /// labelled `label = name`.
+    fn new(
+        (label, name): (&'static str, &str),
+        gauges: &[&'static str],
+        counters: &[&'static str],
+        histogram: &'static str,
+        source: Arc<LatenessHistogram>,
+    ) -> Handles {
+        let name = name.to_owned();
+        Handles {
+            gauges: gauges
+                .iter()
+                .map(|&gauge| metrics::gauge!(gauge, label => name.clone()))
+                .collect(),
+            counters: counters
+                .iter()
+                .map(|&counter| metrics::counter!(counter, label => name.clone()))
+                .collect(),
+            histogram: metrics::histogram!(histogram, label => name.clone()),
+            reported: parking_lot::Mutex::new(source.counts().map(|_| 0).collect()),
             source,
-            histogram,
-            exported: parking_lot::Mutex::new(vec![0; BUCKETS].into_boxed_slice()),
         }
     }
 
-    /// Records in seconds what the source counted since the last call.
-    fn export(&self) {
-        let mut exported = self.exported.lock();
-        for (bucket, done) in exported.iter_mut().enumerate() {
-            let count = self.source.bucket(bucket);
+    /// Sets the gauges to `gauges` and the counters to `counters`, and records in seconds
+    /// what the source counted since the last call.
+    fn record(&self, gauges: &[f64], counters: &[u64]) {
+        for (gauge, &value) in self.gauges.iter().zip(gauges) {
+            gauge.set(value);
+        }
+        for (counter, &value) in self.counters.iter().zip(counters) {
+            counter.absolute(value);
+        }
+        let mut reported = self.reported.lock();
+        for (bucket, (count, done)) in self.source.counts().zip(reported.iter_mut()).enumerate() {
             if count > *done {
-                let seconds = midpoint(bucket) as f64 / 1e6;
                 let new = usize::try_from(count - *done).unwrap_or(usize::MAX);
-                self.histogram.record_many(seconds, new);
+                self.histogram
+                    .record_many(midpoint(bucket) as f64 / 1e6, new);
                 *done = count;
             }
         }
@@ -90,81 +120,59 @@ impl LatenessExport {
 /// The timer's gauge, counters and histogram, labelled `timer = <executor name>`.
 pub(crate) struct TimerMetrics {
     #[cfg(feature = "metrics")]
-    pending: metrics::Gauge,
-    #[cfg(feature = "metrics")]
-    added: metrics::Counter,
-    #[cfg(feature = "metrics")]
-    expired: metrics::Counter,
-    #[cfg(feature = "metrics")]
-    cancelled: metrics::Counter,
-    #[cfg(feature = "metrics")]
-    lateness: LatenessExport,
+    handles: Handles,
 }
 
 impl TimerMetrics {
     /// Registers the handles of the timer named `executor_name`, whose executor counts its
     /// tasks' lateness in `lateness`, with the recorder installed now (none: handles that
     /// record nothing).
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn new(executor_name: &str, lateness: &Arc<LatenessHistogram>) -> TimerMetrics {
-        #[cfg(feature = "metrics")]
-        {
-            let timer = executor_name.to_owned();
-            let histogram = metrics::histogram!("timer_lateness_seconds", "timer" => timer.clone());
-            TimerMetrics {
-                pending: metrics::gauge!("timer_pending", "timer" => timer.clone()),
-                added: metrics::counter!("timer_added_total", "timer" => timer.clone()),
-                expired: metrics::counter!("timer_expired_total", "timer" => timer.clone()),
-                cancelled: metrics::counter!("timer_cancelled_total", "timer" => timer),
-                lateness: LatenessExport::new(Arc::clone(lateness), histogram),
-            }
+        TimerMetrics {
+            #[cfg(feature = "metrics")]
+            handles: Handles::new(
+                ("timer", executor_name),
+                &["timer_pending"],
+                &[
+                    "timer_added_total",
+                    "timer_expired_total",
+                    "timer_cancelled_total",
+                ],
+                "timer_lateness_seconds",
+                Arc::clone(lateness),
+            ),
         }
-        #[cfg(not(feature = "metrics"))]
-        TimerMetrics {}
     }
 
     /// Reports `stats`, and the lateness counted since the last report.
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     #[inline]
     pub(crate) fn record(&self, stats: &TimerStats) {
         #[cfg(feature = "metrics")]
-        {
-            self.pending.set(stats.pending as f64);
-            self.added.absolute(stats.added);
-            self.expired.absolute(stats.expired);
-            self.cancelled.absolute(stats.cancelled);
-            self.lateness.export();
-        }
+        self.handles.record(
+            &[stats.pending as f64],
+            &[stats.added, stats.expired, stats.cancelled],
+        );
     }
 
     /// Reports what `stats` returns when the returned guard is dropped: at every return of
     /// the caller. Without the feature, `stats` is never called.
     #[inline]
-    pub(crate) fn record_on_return<F: FnOnce() -> TimerStats>(
+    pub(crate) fn record_on_return(
         &self,
-        stats: F,
-    ) -> RecordOnReturn<'_, F> {
-        RecordOnReturn {
-            metrics: self,
-            stats: Some(stats),
-        }
+        stats: impl FnOnce() -> TimerStats,
+    ) -> OnReturn<impl FnOnce()> {
+        OnReturn(cfg!(feature = "metrics").then_some(move || self.record(&stats())))
     }
 }
 
-/// Made by [`TimerMetrics::record_on_return`].
-pub(crate) struct RecordOnReturn<'a, F: FnOnce() -> TimerStats> {
-    metrics: &'a TimerMetrics,
-    stats: Option<F>,
-}
+/// Calls its function when dropped (made by [`TimerMetrics::record_on_return`]).
+pub(crate) struct OnReturn<F: FnOnce()>(Option<F>);
 
-impl<F: FnOnce() -> TimerStats> Drop for RecordOnReturn<'_, F> {
+impl<F: FnOnce()> Drop for OnReturn<F> {
     #[inline]
     fn drop(&mut self) {
-        if !cfg!(feature = "metrics") {
-            return;
-        }
-        if let Some(stats) = self.stats.take() {
-            self.metrics.record(&stats());
+        if let Some(on_return) = self.0.take() {
+            on_return();
         }
     }
 }
@@ -184,64 +192,44 @@ pub(crate) struct PurgatoryReading {
 /// name>`.
 pub(crate) struct PurgatoryMetrics {
     #[cfg(feature = "metrics")]
-    size: metrics::Gauge,
-    #[cfg(feature = "metrics")]
-    num_delayed_operations: metrics::Gauge,
-    #[cfg(feature = "metrics")]
-    expires: metrics::Counter,
-    #[cfg(feature = "metrics")]
-    expiration_lateness: LatenessExport,
+    handles: Handles,
 }
 
 impl PurgatoryMetrics {
     /// Registers the handles of the purgatory named `purgatory_name` with the recorder
     /// installed now (none: handles that record nothing).
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     pub(crate) fn new(purgatory_name: &str) -> PurgatoryMetrics {
-        #[cfg(feature = "metrics")]
-        {
-            let name = purgatory_name.to_owned();
-            let histogram = metrics::histogram!(
+        PurgatoryMetrics {
+            #[cfg(feature = "metrics")]
+            handles: Handles::new(
+                ("delayed_operation", purgatory_name),
+                &["purgatory_size", "purgatory_num_delayed_operations"],
+                &["purgatory_expires_total"],
                 "purgatory_expiration_lateness_seconds",
-                "delayed_operation" => name.clone()
-            );
-            PurgatoryMetrics {
-                size: metrics::gauge!("purgatory_size", "delayed_operation" => name.clone()),
-                num_delayed_operations: metrics::gauge!(
-                    "purgatory_num_delayed_operations",
-                    "delayed_operation" => name.clone()
-                ),
-                expires: metrics::counter!("purgatory_expires_total", "delayed_operation" => name),
-                expiration_lateness: LatenessExport::new(
-                    Arc::new(LatenessHistogram::new()),
-                    histogram,
-                ),
-            }
+                Arc::new(LatenessHistogram::new()),
+            ),
         }
-        #[cfg(not(feature = "metrics"))]
-        PurgatoryMetrics {}
     }
 
     /// Returns the histogram the purgatory's expiries count their lateness in: with the
     /// feature only (without it, nothing is counted).
     pub(crate) fn expiration_lateness(&self) -> Option<Arc<LatenessHistogram>> {
         #[cfg(feature = "metrics")]
-        return Some(Arc::clone(&self.expiration_lateness.source));
+        return Some(Arc::clone(&self.handles.source));
         #[cfg(not(feature = "metrics"))]
         None
     }
 
     /// Reports what `reading` returns. Without the feature, `reading` is never called.
-    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
     #[inline]
     pub(crate) fn record(&self, reading: impl FnOnce() -> PurgatoryReading) {
         #[cfg(feature = "metrics")]
         {
             let reading = reading();
-            self.size.set(reading.watched as f64);
-            self.num_delayed_operations.set(reading.num_delayed as f64);
-            self.expires.absolute(reading.expired);
-            self.expiration_lateness.export();
+            self.handles.record(
+                &[reading.watched as f64, reading.num_delayed as f64],
+                &[reading.expired],
+            );
         }
     }
 }

@@ -164,9 +164,8 @@ impl SystemTimerBuilder {
     /// timer.close();
     /// pool.join(); // the pool is the caller's: it outlives the timer
     /// ```
-    pub fn threadpool(mut self, pool: threadpool::ThreadPool) -> Self {
-        self.executor = ExecutorKind::Threadpool(pool);
-        self
+    pub fn threadpool(self, pool: threadpool::ThreadPool) -> Self {
+        self.executor(move |job| pool.execute(job))
     }
 
     /// Runs expired tasks through `execute`, which is given each task as a job,
