@@ -295,7 +295,7 @@ impl<Op: DelayedOperation> Delayed<Op> {
     /// assert!(!op.force_complete());
     /// ```
     pub fn force_complete(&self) -> bool {
-        self.force_complete_then(Self::cancel_timeout)
+        self.complete(true)
     }
 
     /// Under the operation's lock: unless it has completed, asks the user's
@@ -355,79 +355,53 @@ impl<Op: DelayedOperation> Delayed<Op> {
         self.shared.lock.lock()
     }
 
-    /// `try_complete` for a caller that holds the lock. True iff the user's check said yes
-    /// and the operation completed in this call: by the completion that answer triggers,
-    /// or by a `force_complete` the check made itself (under this lock, nobody else can).
+    /// `try_complete` for a caller that holds the lock. True iff the user's check said yes:
+    /// then the operation completed, by the completion that answer triggers or by a
+    /// `force_complete` the check made itself (under this lock, nobody else can).
     pub(crate) fn try_complete_locked(&self) -> bool {
         debug_assert!(self.is_locked_by_current_thread());
-        if self.is_completed() || !self.shared.operation.try_complete() {
-            return false;
+        let completable = !self.is_completed() && self.shared.operation.try_complete();
+        if completable {
+            self.complete_locked(true);
         }
-        self.complete_locked(Self::cancel_timeout);
-        self.is_completed()
+        completable
     }
 
-    /// Kafka's `forceComplete`: check, lock, check again, complete. Completing first runs
-    /// `release_timeout` (cancel the timeout, or, for the expiry, only let go of it).
-    /// True iff this call completed the operation.
-    fn force_complete_then(&self, release_timeout: fn(&Self) -> bool) -> bool {
+    /// Kafka's `forceComplete`: check, lock, check again, complete. True iff this call
+    /// completed the operation.
+    fn complete(&self, cancel_timeout: bool) -> bool {
         if self.is_completed() {
             return false;
         }
         let _locked = self.lock();
-        self.complete_locked(release_timeout)
+        self.complete_locked(cancel_timeout)
     }
 
-    /// Wins the one exchange that completes the operation, or returns false; for a caller
-    /// that holds the lock. The winner runs `release_timeout`, then `on_complete`.
-    fn complete_locked(&self, release_timeout: fn(&Self) -> bool) -> bool {
+    /// Wins the operation's one decision (true for exactly one caller ever), or returns
+    /// false; for a caller that holds the lock. The winner releases the timeout (see
+    /// [`release_timeout`](Self::release_timeout)), then runs `on_complete`.
+    fn complete_locked(&self, cancel_timeout: bool) -> bool {
         debug_assert!(self.is_locked_by_current_thread());
-        if !self.win_completion() {
+        let completed = &self.shared.completed;
+        let won = completed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire);
+        if won.is_err() {
             return false;
         }
-        release_timeout(self);
+        self.release_timeout(cancel_timeout);
         self.shared.operation.on_complete();
         true
     }
 
-    /// The operation's one decision: true for exactly one caller ever.
-    fn win_completion(&self) -> bool {
-        self.shared
-            .completed
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// The expiry (Kafka's `DelayedOperation.run`, `if (forceComplete()) onExpiration()`),
-    /// run by the operation's timeout task: completes the operation unless it already
-    /// completed, and then counts it in `expired` and, with the lock released, runs
-    /// `on_expiration`. True iff it completed the operation.
-    pub(crate) fn expire(&self, expired: &AtomicU64) -> bool {
-        // The timeout's handle is this very task's: it cancels nothing, it is only let go.
-        self.expire_then(Self::let_go_of_timeout, expired)
-    }
-
-    /// [`expire`](Self::expire), now, for an operation whose timeout the timer did not
-    /// take: a timeout left from an earlier watch is cancelled.
-    pub(crate) fn expire_now(&self, expired: &AtomicU64) -> bool {
-        self.expire_then(Self::cancel_timeout, expired)
-    }
-
-    /// `if (forceComplete()) onExpiration()`, counting the expiry in `expired`.
-    fn expire_then(&self, release_timeout: fn(&Self) -> bool, expired: &AtomicU64) -> bool {
-        let completed = self.force_complete_then(release_timeout);
-        if completed {
-            expired.fetch_add(1, Ordering::Relaxed);
+    /// The expiry (Kafka's `if (forceComplete()) onExpiration()`): completes the operation
+    /// unless it already completed, and then calls `counted` and, with the lock released,
+    /// runs `on_expiration`. `cancel_timeout` is false for the operation's own timeout task,
+    /// true for an expiry the timer did not run (a timeout left from an earlier watch is
+    /// cancelled).
+    pub(crate) fn expire(&self, cancel_timeout: bool, counted: impl FnOnce()) {
+        if self.complete(cancel_timeout) {
+            counted();
             self.shared.operation.on_expiration();
         }
-        completed
-    }
-
-    /// Drops the handle of the timeout without cancelling it: for the expiry, whose task is
-    /// the one running. Returns false (nothing was cancelled).
-    fn let_go_of_timeout(&self) -> bool {
-        drop(self.shared.timeout.lock().take());
-        false
     }
 
     /// Stores the handle of the timeout just added for this operation. If the operation
@@ -440,16 +414,19 @@ impl<Op: DelayedOperation> Delayed<Op> {
             replaced.cancel();
         }
         if self.is_completed() {
-            self.cancel_timeout();
+            self.release_timeout(true);
         }
     }
 
-    /// Cancels the pending timeout, if there is one; its task is dropped inside the call.
-    /// Returns true iff a timeout was cancelled.
-    pub(crate) fn cancel_timeout(&self) -> bool {
+    /// Takes the pending timeout's handle, if there is one, and cancels it (its task is
+    /// dropped inside the call) if `cancel`; else only lets go of it: for the expiry, whose
+    /// task is the one running.
+    pub(crate) fn release_timeout(&self, cancel: bool) {
         // Taken out under the slot's lock, cancelled after it is released.
-        let entry = self.shared.timeout.lock().take();
-        entry.is_some_and(|entry| entry.cancel())
+        let timeout = self.shared.timeout.lock().take();
+        if let Some(entry) = timeout.filter(|_| cancel) {
+            entry.cancel();
+        }
     }
 }
 
@@ -482,18 +459,9 @@ impl<Op> fmt::Debug for Delayed<Op> {
 
 /// The timer task of an operation's timeout: when it runs, the operation expires.
 pub(crate) struct Expiry<Op> {
-    operation: Delayed<Op>,
+    pub(crate) operation: Delayed<Op>,
     /// The stripe of the purgatory's [`ExpiredCount`] this operation counts in.
-    expired: Arc<ExpiredStripe>,
-}
-
-impl<Op: DelayedOperation> Expiry<Op> {
-    /// The timeout of `operation`, due `operation.delay_ms()` after it is added, counted in
-    /// `expired` if it expires the operation.
-    pub(crate) fn task(operation: Delayed<Op>, expired: &ExpiredCount) -> Box<dyn TimerTask> {
-        let expired = Arc::clone(expired.stripe_of(&operation));
-        Box::new(Expiry { operation, expired })
-    }
+    pub(crate) expired: Arc<ExpiredStripe>,
 }
 
 impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
@@ -502,9 +470,9 @@ impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
     }
 
     fn run(self: Box<Self>) {
-        if self.operation.expire(self.expired.counter()) {
-            self.expired.record_lateness();
-        }
+        // The timeout's handle is this very task's: it cancels nothing, it is only let go.
+        let counted = || self.expired.count(running_late_us());
+        self.operation.expire(false, counted);
     }
 }
 
@@ -516,9 +484,7 @@ const EXPIRED_STRIPES: usize = 32;
 /// keeps a reference to the stripe its operation counts in (picked by the operation's
 /// address), so that threads watching different operations do not all bump one
 /// reference count on one cache line, as a single shared counter would make them.
-pub(crate) struct ExpiredCount {
-    stripes: Box<[Arc<ExpiredStripe>]>,
-}
+pub(crate) struct ExpiredCount(Box<[Arc<ExpiredStripe>]>);
 
 /// One stripe of an [`ExpiredCount`], with its reference count on cache lines of its own.
 #[repr(align(128))]
@@ -531,44 +497,36 @@ pub(crate) struct ExpiredStripe {
 impl ExpiredCount {
     /// A count of zero, whose expiries count how late they ran in `lateness`, if given.
     pub(crate) fn new(lateness: Option<Arc<LatenessHistogram>>) -> ExpiredCount {
-        ExpiredCount {
-            stripes: (0..EXPIRED_STRIPES)
-                .map(|_| {
-                    Arc::new(ExpiredStripe {
-                        count: AtomicU64::new(0),
-                        lateness: lateness.clone(),
-                    })
-                })
-                .collect(),
-        }
+        let stripe = |_| {
+            let lateness = lateness.clone();
+            Arc::new(ExpiredStripe {
+                count: AtomicU64::new(0),
+                lateness,
+            })
+        };
+        ExpiredCount((0..EXPIRED_STRIPES).map(stripe).collect())
     }
 
     /// Operations counted so far.
     pub(crate) fn total(&self) -> u64 {
-        self.stripes
-            .iter()
-            .map(|stripe| stripe.count.load(Ordering::Relaxed))
-            .sum()
+        let count = |stripe: &Arc<ExpiredStripe>| stripe.count.load(Ordering::Relaxed);
+        self.0.iter().map(count).sum()
     }
 
-    /// The counter `operation` counts in.
+    /// The stripe `operation` counts in.
     pub(crate) fn stripe_of<Op>(&self, operation: &Delayed<Op>) -> &Arc<ExpiredStripe> {
         // Bits of the address above a cache line: operations allocated apart differ there.
         let address = Arc::as_ptr(&operation.shared).cast::<()>() as usize;
-        &self.stripes[(address >> 6) % EXPIRED_STRIPES]
+        &self.0[(address >> 6) % EXPIRED_STRIPES]
     }
 }
 
 impl ExpiredStripe {
-    /// The stripe's counter.
-    pub(crate) fn counter(&self) -> &AtomicU64 {
-        &self.count
-    }
-
-    /// Counts how late the expiry this thread is running started, as its timer measured
-    /// it (`crate::lateness`), if lateness is counted at all.
-    fn record_lateness(&self) {
-        if let (Some(lateness), Some(late_us)) = (&self.lateness, running_late_us()) {
+    /// Counts one expiry, and how late it started (`late_us`, as its timer measured it:
+    /// `crate::lateness`) if lateness is counted at all.
+    pub(crate) fn count(&self, late_us: Option<u64>) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if let (Some(lateness), Some(late_us)) = (&self.lateness, late_us) {
             lateness.record(late_us);
         }
     }

@@ -30,19 +30,6 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// Every request answered exactly once, none expired before its timeout, and nothing
-    /// left in the purgatory. (This and `summary` serve `tests/it/purgatory.rs`.)
-    #[allow(dead_code)]
-    pub(crate) fn invariant_holds(&self, config: &Config) -> bool {
-        self.table(config).holds()
-    }
-
-    /// The final table and the invariant, as printed to stdout.
-    #[allow(dead_code)]
-    pub(crate) fn summary(&self, config: &Config) -> String {
-        self.table(config).render()
-    }
-
     /// The table, and the invariant.
     pub(crate) fn table(&self, config: &Config) -> Table {
         let share = |n: usize| format!("{:.1} %", 100.0 * n as f64 / self.requests.max(1) as f64);

@@ -1,58 +1,46 @@
 //! Kafka's `DelayedOperationPurgatory`: operations watched under keys until they complete or
-//! time out. The operation's side is in `operation.rs`, the watch lists in `watch.rs`, the
-//! constructors and the builder in `builder.rs`.
-//!
-//! Which Kafka each part follows: the purgatory, its watch lists, purge and reaper as read
-//! in Kafka 4.x's trunk (`server-common`'s `org.apache.kafka.server.purgatory`); the
-//! operation's completion and locking as KAFKA-19312 made them (apache/kafka#19759; see
-//! `operation.rs`); the timer underneath as in Kafka 3.9.0, unchanged in 4.3.
-//! `docs/design.md` ("Purgatory") lists every difference with the source it was read from.
+//! time out; its builder; the watch lists in `watch.rs`, the operation's side in
+//! `crate::delayed_operation`. The purgatory, its watch lists, purge and reaper follow Kafka
+//! 4.x's trunk (`server-common`'s `org.apache.kafka.server.purgatory`); `docs/design.md`
+//! ("Purgatory") lists every difference with the source it was read from.
 //!
 //! # Ground rules
 //!
 //! - **Watch lists.** 512 shards of key → operations, each behind its own mutex; no user
-//!   code runs under a shard lock (see `watch.rs`).
-//! - **Lock order:** an operation's lock → one shard lock. `try_complete_else_watch` takes
-//!   shard locks while it holds the operation's lock; nothing takes an operation's lock
-//!   while holding a shard lock, and no call holds two shard locks. No shard lock is held
-//!   while the timer's locks are taken (`Timer::add`, a cancel); `crate::lock_order` gives
-//!   the whole order, timer and operation locks included.
+//!   code runs under a shard lock (see `watch.rs`). Lock order: an operation's lock, then
+//!   one shard's ([`crate::lock_order`]).
 //! - **An operation's life.** Pending and watched under its keys, with a timeout in the
 //!   timer; then completed, by exactly one of: a `try_complete` that said yes
 //!   (`try_complete_else_watch`, `check_and_complete`, [`Delayed::try_complete`]),
 //!   [`Delayed::force_complete`], or the timer running its timeout. Completing cancels the
 //!   timeout at once (see [`Delayed`]). A completed operation leaves a watch list when
-//!   `check_and_complete` walks that key, or when the reaper purges.
-//! - **Kafka's `estimatedTotalOperations`** is the watch lists' count of operations ever
-//!   watched (kept per shard) minus `purged_operations`, which only `advance_clock` writes:
-//!   how much of that count purges have taken off. `advance_clock` purges once the estimate
-//!   exceeds the timer's size by more than the purge interval, as in Kafka, and then takes
-//!   off only what it counted.
+//!   `check_and_complete` walks that key, or when a purge runs.
+//! - **Purge.** Kafka's `estimatedTotalOperations` is the watch lists' count of operations
+//!   ever watched (kept per shard) minus `purged_operations`, what purges have taken off
+//!   it. [`Inner::purge_if_due`], the one place that decides a purge, purges once the
+//!   estimate exceeds the timer's size by more than the purge interval, as in Kafka; the
+//!   reaper's step (`advance_clock`) calls it.
 //! - **Reaper.** A thread named `ExpirationReaper-{broker_id}-{purgatory_name}` calls
 //!   [`advance_clock`](DelayedOperationPurgatory::advance_clock) until `shutdown`, which
 //!   asks it to stop, closes the timer (waking an `advance_clock` blocked in its poll), and
-//!   joins the thread. It is the same reaper loop as `SystemTimerReaper`'s
-//!   (`threads::reaper::ReaperThread`): after a poll with nothing flushed (a closed or
-//!   mock timer) it waits out the rest of the poll, so it never spins and still stops at
-//!   once, and a panic in a poll is logged and the loop goes on.
+//!   joins the thread. It is `SystemTimerReaper`'s loop (`ReaperThread`): it never spins on
+//!   a closed or mock timer, and a panic in a poll is logged and the loop goes on.
 
 use std::fmt;
 use std::hash::Hash;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
+use crate::delayed_operation::{Delayed, DelayedOperation, ExpiredCount, Expiry};
 use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
 use crate::system_timer::SystemTimer;
 use crate::system_timer_reaper::ReaperThread;
 use crate::timer::{AddError, Timer};
-
-use crate::delayed_operation::{Delayed, DelayedOperation, ExpiredCount, Expiry};
 use watch::WatchLists;
 
-mod builder;
 mod watch;
-
-pub use builder::DelayedOperationPurgatoryBuilder;
 
 /// Kafka's `DelayedOperationPurgatory`: keeps operations that wait for a condition or a
 /// timeout, whichever comes first, watched under one or more keys.
@@ -146,18 +134,16 @@ pub struct DelayedOperationPurgatory<K, Op> {
 
 /// What the purgatory handle and its reaper thread share.
 struct Inner<K, Op> {
-    purgatory_name: String,
-    broker_id: i32,
+    /// What the builder set.
+    settings: Settings,
     timer: Arc<dyn Timer>,
     /// `timer`, when it is the purgatory's own (no `.timer(..)` given).
     system_timer: Option<Arc<SystemTimer>>,
-    purge_interval: usize,
-    timer_enabled: bool,
     /// The watch lists (`watch.rs`).
     watch_lists: WatchLists<K, Op>,
     /// The part of [`WatchLists::operations_ever`] that purges have already accounted for:
     /// Kafka's `estimatedTotalOperations` is that sum minus this. Written only by
-    /// `advance_clock`, never on the hot path.
+    /// [`Inner::purge_if_due`].
     purged_operations: AtomicUsize,
     /// Operations completed by expiring (`expired_count`).
     expired: ExpiredCount,
@@ -165,18 +151,90 @@ struct Inner<K, Op> {
     /// `try_complete_else_watch` is answered at once.
     shut_down: AtomicBool,
     /// Whether the one warning about operations answered at once because the timer was
-    /// closed (or, for `warned_full`, full) was logged.
-    warned_closed: AtomicBool,
-    warned_full: AtomicBool,
+    /// closed (`[0]`) or full (`[1]`) was logged.
+    warned: [AtomicBool; 2],
     /// Its gauges and counter (the `metrics` feature; empty without it).
     metrics: PurgatoryMetrics,
 }
 
-impl<K, Op> DelayedOperationPurgatory<K, Op>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    Op: DelayedOperation,
+/// What a [`DelayedOperationPurgatoryBuilder`] sets (but the timer), kept by the purgatory.
+#[derive(Debug)]
+struct Settings {
+    purgatory_name: String,
+    broker_id: i32,
+    purge_interval: usize,
+    reaper_enabled: bool,
+    timer_enabled: bool,
+    reaper_poll_ms: i64,
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
+    DelayedOperationPurgatory<K, Op>
 {
+    /// Creates a purgatory with Kafka's defaults: its own [`SystemTimer`] named
+    /// `purgatory_name`, an expiration reaper thread named
+    /// `ExpirationReaper-{broker_id}-{purgatory_name}`, purge interval 1000.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory};
+    /// # struct Fetch;
+    /// # impl DelayedOperation for Fetch {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) {}
+    /// # }
+    ///
+    /// let purgatory = DelayedOperationPurgatory::<(String, u32), Fetch>::new("Fetch", 1);
+    /// assert_eq!(purgatory.watched(), 0);
+    /// purgatory.shutdown();
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Panics if the reaper thread cannot be spawned.
+    pub fn new(purgatory_name: &str, broker_id: i32) -> Self {
+        Self::builder(purgatory_name).broker_id(broker_id).build()
+    }
+
+    /// Returns a builder for Kafka's six-argument constructor (name, timer, broker id, purge
+    /// interval, reaper enabled, timer enabled), with [`new`](Self::new)'s defaults.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    ///
+    /// let purgatory = DelayedOperationPurgatory::<u64, Op>::builder("Heartbeat")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .broker_id(3)
+    ///     .purge_interval(100)
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// # drop(purgatory);
+    /// # }
+    /// ```
+    pub fn builder(purgatory_name: &str) -> DelayedOperationPurgatoryBuilder<K, Op> {
+        DelayedOperationPurgatoryBuilder {
+            settings: Settings {
+                purgatory_name: purgatory_name.to_owned(),
+                broker_id: 0,
+                // Kafka's defaults: purge interval 1000, `advanceClock(200L)`.
+                purge_interval: 1_000,
+                reaper_enabled: true,
+                timer_enabled: true,
+                reaper_poll_ms: 200,
+            },
+            timer: None,
+            _types: PhantomData,
+        }
+    }
+
     /// Completes `operation` now if it can; else watches it under every key and adds its
     /// timeout to the timer, checking once more after watching, so that a completion that
     /// became possible in between is not missed. Returns true iff this call completed it.
@@ -267,7 +325,7 @@ where
             if operation.try_complete() {
                 return true;
             }
-            inner.expire_at_once(operation, TimerRefusal::Closed);
+            inner.expire_at_once(operation, false);
             return false;
         }
         {
@@ -288,16 +346,17 @@ where
                 return true;
             }
         }
-        if inner.timer_enabled && !operation.is_completed() {
-            match inner
-                .timer
-                .try_add(Expiry::task(operation.clone(), &inner.expired))
-            {
+        if inner.settings.timer_enabled && !operation.is_completed() {
+            let expired = Arc::clone(inner.expired.stripe_of(operation));
+            let expiry = Box::new(Expiry {
+                operation: operation.clone(),
+                expired,
+            });
+            // Closed meanwhile (or by its other owner), or full: without a timeout the
+            // operation might never be answered.
+            match inner.timer.try_add(expiry) {
                 Ok(entry) => operation.set_timeout(entry),
-                // Closed meanwhile (or by its other owner), or full: without a timeout the
-                // operation might never be answered.
-                Err(AddError::Closed(_)) => inner.expire_at_once(operation, TimerRefusal::Closed),
-                Err(AddError::Full(_)) => inner.expire_at_once(operation, TimerRefusal::Full),
+                Err(error) => inner.expire_at_once(operation, matches!(error, AddError::Full(_))),
             }
         }
         false
@@ -346,22 +405,13 @@ where
     /// A panic in an operation's `try_complete` or `on_complete` propagates to the caller;
     /// the purgatory stays usable, and the operations not yet asked stay watched.
     pub fn check_and_complete(&self, key: &K) -> usize {
-        let inner = &*self.inner;
-        let shard = inner.watch_lists.shard(key);
-        let Some(watched) = shard.watched_under(key) else {
-            return 0;
-        };
-        let mut completed = 0;
-        let mut stale = false;
-        for operation in watched.iter() {
-            if operation.is_completed() {
-                // Completed through another key, by force or by expiry: only to be dropped.
-                stale = true;
-            } else if operation.try_complete() {
-                completed += 1;
-            }
-        }
-        if stale || completed > 0 {
+        let shard = self.inner.watch_lists.shard(key);
+        let watched = shard.watched_under(key);
+        // A completed operation is only to be dropped: its lock is not waited for.
+        let completable = |op: &&Delayed<Op>| !op.is_completed() && op.try_complete();
+        let completed = watched.iter().filter(completable).count();
+        // Completed here, through another key, by force or by expiry: only to be dropped.
+        if watched.iter().any(Delayed::is_completed) {
             shard.remove_completed(key);
         }
         completed
@@ -513,7 +563,7 @@ where
         let mut cancelled = self.inner.watch_lists.remove_key(key);
         cancelled.retain(|operation| !operation.is_completed());
         for operation in &cancelled {
-            operation.cancel_timeout();
+            operation.release_timeout(true);
         }
         cancelled
     }
@@ -562,7 +612,9 @@ where
     pub fn advance_clock(&self, timeout_ms: i64) -> bool {
         self.inner.advance_clock(timeout_ms)
     }
+}
 
+impl<K, Op> DelayedOperationPurgatory<K, Op> {
     /// Stops the reaper and closes the timer. Idempotent; also runs on drop.
     ///
     /// Closing the timer wakes a reaper blocked in its poll, so this returns as soon as the
@@ -588,13 +640,6 @@ where
     /// # }
     /// ```
     pub fn shutdown(&self) {
-        self.stop();
-    }
-}
-
-impl<K, Op> DelayedOperationPurgatory<K, Op> {
-    /// [`shutdown`](Self::shutdown), for `Drop` too.
-    fn stop(&self) {
         self.inner.shut_down.store(true, Ordering::Release);
         if let Some(reaper) = &self.reaper {
             reaper.request_stop();
@@ -608,52 +653,52 @@ impl<K, Op> DelayedOperationPurgatory<K, Op> {
     }
 }
 
-impl<K, Op> Inner<K, Op>
-where
-    K: Eq + Hash + Clone + Send + Sync + 'static,
-    Op: DelayedOperation,
-{
+impl<K: Eq + Hash + Clone, Op: DelayedOperation> Inner<K, Op> {
     /// See [`DelayedOperationPurgatory::advance_clock`].
     fn advance_clock(&self, timeout_ms: i64) -> bool {
         let flushed = self.timer.advance_clock(timeout_ms);
-        let delayed = self.timer.size();
-        // Kafka's `estimatedTotalOperations`: 512 relaxed loads, once per step.
-        let watched_ever = self.watch_lists.operations_ever();
-        let estimated = watched_ever.saturating_sub(self.purged_operations.load(Ordering::Relaxed));
-        let completed = estimated.saturating_sub(delayed);
-        if completed > self.purge_interval {
-            // Only what was counted is taken off: operations watched meanwhile stay counted.
-            // Never past the sum read (concurrent callers of `advance_clock`).
-            let _ = self.purged_operations.fetch_update(
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-                |purged| Some(purged.saturating_add(completed).min(watched_ever)),
-            );
-            let purged = self.watch_lists.purge_completed();
-            log::debug!(
-                "purgatory {}: purged {purged} completed entries from the watch lists",
-                self.purgatory_name
-            );
-        }
+        self.purge_if_due();
         self.record_metrics();
         flushed
     }
 
-    /// Answers `operation` now, as expired, because the timer refused its timeout; warns
-    /// once per purgatory and reason.
-    fn expire_at_once(&self, operation: &Delayed<Op>, refusal: TimerRefusal) {
-        let (warned, why) = match refusal {
-            TimerRefusal::Closed => (&self.warned_closed, "is shut down (or its timer closed)"),
-            TimerRefusal::Full => (&self.warned_full, "has a full timer"),
+    /// Purges the completed operations from the watch lists once more than the purge
+    /// interval of them may be there: Kafka's `estimatedTotalOperations` minus the timer's
+    /// size. The one place that decides a purge.
+    fn purge_if_due(&self) {
+        let delayed = self.timer.size();
+        // Kafka's `estimatedTotalOperations`: 512 relaxed loads.
+        let watched_ever = self.watch_lists.operations_ever();
+        let estimated = watched_ever.saturating_sub(self.purged_operations.load(Ordering::Relaxed));
+        if estimated.saturating_sub(delayed) <= self.settings.purge_interval {
+            return;
+        }
+        // Only what was counted is taken off: operations watched meanwhile stay counted. A
+        // concurrent caller's older store only makes the next purge come sooner.
+        self.purged_operations
+            .store(watched_ever - delayed, Ordering::Relaxed);
+        let purged = self.watch_lists.purge_completed();
+        log::debug!(
+            "purgatory {}: purged {purged} completed entries from the watch lists",
+            self.settings.purgatory_name
+        );
+    }
+
+    /// Answers `operation` now, as expired, because the timer refused its timeout (`full`,
+    /// or closed); warns once per purgatory and reason.
+    fn expire_at_once(&self, operation: &Delayed<Op>, full: bool) {
+        let why = match full {
+            true => "has a full timer",
+            false => "is shut down (or its timer closed)",
         };
-        if !warned.swap(true, Ordering::Relaxed) {
+        if !self.warned[usize::from(full)].swap(true, Ordering::Relaxed) {
             log::warn!(
                 "purgatory {} {why}: operations handed to it are completed at once as \
                  expired (warned once)",
-                self.purgatory_name
+                self.settings.purgatory_name
             );
         }
-        operation.expire_now(self.expired.stripe_of(operation).counter());
+        operation.expire(true, || self.expired.stripe_of(operation).count(None));
         // Rare, and after shutdown there is no later step to report it.
         self.record_metrics();
     }
@@ -670,27 +715,269 @@ impl<K, Op> Inner<K, Op> {
     }
 }
 
-/// Why the timer did not take an operation's timeout.
-#[derive(Clone, Copy, Debug)]
-enum TimerRefusal {
-    Closed,
-    Full,
-}
-
 impl<K, Op> Drop for DelayedOperationPurgatory<K, Op> {
     fn drop(&mut self) {
-        self.stop();
+        self.shutdown();
     }
 }
 
 impl<K, Op> fmt::Debug for DelayedOperationPurgatory<K, Op> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DelayedOperationPurgatory")
-            .field("purgatory_name", &self.inner.purgatory_name)
-            .field("broker_id", &self.inner.broker_id)
-            .field("purge_interval", &self.inner.purge_interval)
-            .field("timer_enabled", &self.inner.timer_enabled)
-            .field("reaper_enabled", &self.reaper.is_some())
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`DelayedOperationPurgatory`]: Kafka's six-argument constructor, with the
+/// defaults of [`DelayedOperationPurgatory::new`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+/// # include!("../doc_op.rs");
+/// # fn main() {
+///
+/// let timer = Arc::new(MockTimer::new());
+/// let purgatory = DelayedOperationPurgatory::<String, Op>::builder("DeleteRecords")
+///     .timer(Arc::clone(&timer))
+///     .broker_id(2)
+///     .purge_interval(10)
+///     .reaper_enabled(false)
+///     .timer_enabled(true)
+///     .build();
+/// assert_eq!(purgatory.num_delayed(), 0);
+/// # }
+/// ```
+pub struct DelayedOperationPurgatoryBuilder<K, Op> {
+    settings: Settings,
+    timer: Option<Arc<dyn Timer>>,
+    _types: PhantomData<fn() -> (K, Op)>,
+}
+
+impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
+    DelayedOperationPurgatoryBuilder<K, Op>
+{
+    /// Sets the timer of the operations' timeouts. Default: `SystemTimer::new(purgatory_name)`.
+    ///
+    /// Pass an `Arc<MockTimer>` (and turn the reaper off) to drive time from a test. The
+    /// purgatory closes the timer when it shuts down.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, Timer, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let timer = Arc::new(MockTimer::new());
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::clone(&timer))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
+    /// assert_eq!(timer.size(), 1, "the timeout went to this timer");
+    /// # }
+    /// ```
+    pub fn timer(mut self, timer: impl Timer + 'static) -> Self {
+        self.timer = Some(Arc::new(timer));
+        self
+    }
+
+    /// Sets the broker id, which names the reaper thread. Default 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .broker_id(7) // its reaper thread: ExpirationReaper-7-Fetch
+    ///     .build();
+    /// assert!(format!("{purgatory:?}").contains("broker_id: 7"));
+    /// purgatory.shutdown();
+    /// # }
+    /// ```
+    pub fn broker_id(mut self, broker_id: i32) -> Self {
+        self.settings.broker_id = broker_id;
+        self
+    }
+
+    /// Sets how many completed operations may sit in the watch lists before the reaper
+    /// purges them. Default 1000.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .purge_interval(0)
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// let op = Delayed::new(Op);
+    /// purgatory.try_complete_else_watch(&op, &[1, 2]);
+    /// op.force_complete();
+    /// purgatory.advance_clock(0);
+    /// assert_eq!(purgatory.watched(), 0, "1 completed > purge interval 0: purged");
+    /// # }
+    /// ```
+    pub fn purge_interval(mut self, purge_interval: usize) -> Self {
+        self.settings.purge_interval = purge_interval;
+        self
+    }
+
+    /// Sets whether a reaper thread drives the timer and purges. Default true. Turn it off
+    /// on a [`MockTimer`](crate::MockTimer), or to call
+    /// [`advance_clock`](DelayedOperationPurgatory::advance_clock) yourself.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let timer = Arc::new(MockTimer::new());
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::clone(&timer))
+    ///     .reaper_enabled(false) // this test moves time itself
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
+    /// timer.time().sleep(500);
+    /// assert!(purgatory.advance_clock(0), "the timeout expired on this thread");
+    /// # }
+    /// ```
+    pub fn reaper_enabled(mut self, reaper_enabled: bool) -> Self {
+        self.settings.reaper_enabled = reaper_enabled;
+        self
+    }
+
+    /// Sets whether operations get a timeout in the timer. Default true. Without one, an
+    /// operation waits until it completes or its key is cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # struct Op;
+    /// # impl DelayedOperation for Op {
+    /// #     fn delay_ms(&self) -> i64 { 500 }
+    /// #     fn try_complete(&self) -> bool { false }
+    /// #     fn on_complete(&self) {}
+    /// #     fn on_expiration(&self) { unreachable!("no timeouts") }
+    /// # }
+    /// let purgatory = DelayedOperationPurgatory::<u8, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .reaper_enabled(false)
+    ///     .timer_enabled(false)
+    ///     .build();
+    /// purgatory.try_complete_else_watch(&Delayed::new(Op), &[1]);
+    /// assert_eq!((purgatory.watched(), purgatory.num_delayed()), (1, 0));
+    /// purgatory.advance_clock(10_000);
+    /// ```
+    pub fn timer_enabled(mut self, timer_enabled: bool) -> Self {
+        self.settings.timer_enabled = timer_enabled;
+        self
+    }
+
+    /// Sets how long one poll of the reaper waits for a timeout to expire. Default 200 ms,
+    /// as in Kafka. Shutdown does not wait for a poll to end, whatever its length.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let purgatory = DelayedOperationPurgatory::<u8, Op>::builder("p")
+    ///     .reaper_poll_ms(60_000)
+    ///     .build();
+    /// purgatory.shutdown(); // still prompt
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Panics if `reaper_poll_ms` is not positive.
+    #[track_caller]
+    pub fn reaper_poll_ms(mut self, reaper_poll_ms: i64) -> Self {
+        assert!(
+            reaper_poll_ms > 0,
+            "DelayedOperationPurgatoryBuilder::reaper_poll_ms: reaper_poll_ms must be positive, \
+             got {reaper_poll_ms}"
+        );
+        self.settings.reaper_poll_ms = reaper_poll_ms;
+        self
+    }
+
+    /// Builds the purgatory, and starts its reaper thread
+    /// `ExpirationReaper-{broker_id}-{purgatory_name}` if enabled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, MockTimer};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let purgatory = DelayedOperationPurgatory::<u32, Op>::builder("p")
+    ///     .timer(Arc::new(MockTimer::new()))
+    ///     .reaper_enabled(false)
+    ///     .build();
+    /// assert_eq!((purgatory.watched(), purgatory.num_delayed()), (0, 0));
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Panics if the reaper thread cannot be spawned.
+    pub fn build(self) -> DelayedOperationPurgatory<K, Op> {
+        let (timer, system_timer) = match self.timer {
+            Some(timer) => (timer, None),
+            None => {
+                let own = Arc::new(SystemTimer::new(&self.settings.purgatory_name));
+                (Arc::clone(&own) as Arc<dyn Timer>, Some(own))
+            }
+        };
+        let metrics = PurgatoryMetrics::new(&self.settings.purgatory_name);
+        let inner = Arc::new(Inner {
+            watch_lists: WatchLists::new(),
+            purged_operations: AtomicUsize::new(0),
+            expired: ExpiredCount::new(metrics.expiration_lateness()),
+            shut_down: AtomicBool::new(false),
+            warned: [AtomicBool::new(false), AtomicBool::new(false)],
+            metrics,
+            settings: self.settings,
+            timer,
+            system_timer,
+        });
+        // Kafka's `ExpiredOperationReaper`.
+        let reaper = inner.settings.reaper_enabled.then(|| {
+            let (settings, reaping) = (&inner.settings, Arc::clone(&inner));
+            let (broker_id, poll_ms) = (settings.broker_id, settings.reaper_poll_ms);
+            let name = format!("ExpirationReaper-{broker_id}-{}", settings.purgatory_name);
+            let period = Duration::from_millis(poll_ms.unsigned_abs());
+            let poll = move || reaping.advance_clock(poll_ms);
+            ReaperThread::spawn(&name, period, poll)
+        });
+        DelayedOperationPurgatory { inner, reaper }
+    }
+}
+
+impl<K, Op> fmt::Debug for DelayedOperationPurgatoryBuilder<K, Op> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DelayedOperationPurgatoryBuilder")
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }

@@ -1057,8 +1057,10 @@ mod example {
     fn a_small_run_answers_every_request_exactly_once() {
         let config = small();
         let report = run(&config);
-        let summary = report.summary(&config);
-        assert!(report.invariant_holds(&config), "{summary}");
+        let table = report.table(&config);
+        let holds = table.holds();
+        let summary = table.render();
+        assert!(holds, "invariant failed:\n{summary}");
         assert!(summary.contains("result: OK"), "{summary}");
         assert_eq!(report.requests, config.requests);
         assert_eq!(
