@@ -358,6 +358,11 @@ impl SharedReaperTimer {
         &self.timer
     }
 
+    /// Returns the timer it is, shared.
+    pub(crate) fn shared(&self) -> Arc<SystemTimer> {
+        Arc::clone(&self.timer)
+    }
+
     /// Takes the timer out of the reaper's rotation.
     fn leave(&self) {
         self.driver

@@ -24,19 +24,22 @@
 //!   [`advance_clock`](DelayedOperationPurgatory::advance_clock) until `shutdown`, which
 //!   asks it to stop, closes the timer (waking an `advance_clock` blocked in its poll), and
 //!   joins the thread. It is `SystemTimerReaper`'s loop (`ReaperThread`): it never spins on
-//!   a closed or mock timer, and a panic in a poll is logged and the loop goes on.
+//!   a closed or mock timer, and a panic in a poll is logged and the loop goes on. On a
+//!   shared reaper there is no such thread: the purgatory's timer is driven with others,
+//!   and watching and completing purge, at most once per reaper poll (`next_purge_ms`).
 
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::delayed_operation::{Delayed, DelayedOperation, ExpiredCount, Expiry};
 use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
 use crate::system_timer::SystemTimer;
-use crate::system_timer_reaper::ReaperThread;
+use crate::system_timer_reaper::{ReaperThread, SharedSystemTimerReaper};
+use crate::time::hi_res_clock_ms;
 use crate::timer::{AddError, Timer};
 use watch::WatchLists;
 
@@ -155,6 +158,9 @@ struct Inner<K, Op> {
     warned: [AtomicBool; 2],
     /// Its gauges and counter (the `metrics` feature; empty without it).
     metrics: PurgatoryMetrics,
+    /// On a shared reaper, when watching or completing next looks for a purge
+    /// (`i64::MAX`: never, a reaper thread of its own purges).
+    next_purge_ms: AtomicI64,
 }
 
 /// What a [`DelayedOperationPurgatoryBuilder`] sets (but the timer), kept by the purgatory.
@@ -231,6 +237,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
                 reaper_poll_ms: 200,
             },
             timer: None,
+            shared_reaper: None,
             _types: PhantomData,
         }
     }
@@ -346,6 +353,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
                 return true;
             }
         }
+        inner.purge_now_and_then();
         if inner.settings.timer_enabled && !operation.is_completed() {
             let expired = Arc::clone(inner.expired.stripe_of(operation));
             let expiry = Box::new(Expiry {
@@ -414,6 +422,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
         if watched.iter().any(Delayed::is_completed) {
             shard.remove_completed(key);
         }
+        self.inner.purge_now_and_then();
         completed
     }
 
@@ -684,6 +693,23 @@ impl<K: Eq + Hash + Clone, Op: DelayedOperation> Inner<K, Op> {
         );
     }
 
+    /// On a shared reaper, where no thread of the purgatory's calls `advance_clock`: looks
+    /// for a purge at most once per reaper poll, from whichever thread watches or completes
+    /// first after it (a clock read and a load otherwise).
+    fn purge_now_and_then(&self) {
+        let next_ms = self.next_purge_ms.load(Ordering::Relaxed);
+        let now_ms = hi_res_clock_ms();
+        let later = now_ms.saturating_add(self.settings.reaper_poll_ms);
+        let won = |next| {
+            self.next_purge_ms
+                .compare_exchange(next, later, Ordering::Relaxed, Ordering::Relaxed)
+        };
+        if now_ms >= next_ms && won(next_ms).is_ok() {
+            self.purge_if_due();
+            self.record_metrics();
+        }
+    }
+
     /// Answers `operation` now, as expired, because the timer refused its timeout (`full`,
     /// or closed); warns once per purgatory and reason.
     fn expire_at_once(&self, operation: &Delayed<Op>, full: bool) {
@@ -754,6 +780,7 @@ impl<K, Op> fmt::Debug for DelayedOperationPurgatory<K, Op> {
 pub struct DelayedOperationPurgatoryBuilder<K, Op> {
     settings: Settings,
     timer: Option<Arc<dyn Timer>>,
+    shared_reaper: Option<SharedSystemTimerReaper>,
     _types: PhantomData<fn() -> (K, Op)>,
 }
 
@@ -783,6 +810,41 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
     /// ```
     pub fn timer(mut self, timer: impl Timer + 'static) -> Self {
         self.timer = Some(Arc::new(timer));
+        self
+    }
+
+    /// Puts the purgatory's own `SystemTimer` on `reaper`, one driver thread shared with
+    /// other timers and purgatories, instead of an expiration reaper thread of its own: a
+    /// service with many purgatories runs one driver thread. The purgatory then purges its
+    /// watch lists as it watches and completes (at most once per reaper poll), since no
+    /// thread of its own calls `advance_clock`; `shutdown` closes its timer, which leaves
+    /// the reaper's rotation. Default: a reaper thread of its own (Kafka's).
+    ///
+    /// # Panics
+    ///
+    /// `build` panics, naming both, if [`timer`](Self::timer) was given too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, SharedSystemTimerReaper};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let reaper = SharedSystemTimerReaper::new("ExpirationReaper-0");
+    /// let produce = DelayedOperationPurgatory::<u32, Op>::builder("Produce")
+    ///     .shared_reaper(&reaper)
+    ///     .build();
+    /// let fetch = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
+    ///     .shared_reaper(&reaper)
+    ///     .build();
+    /// assert_eq!(reaper.timers(), 2, "one thread drives both purgatories' timers");
+    /// fetch.shutdown();
+    /// assert_eq!(reaper.timers(), 1);
+    /// # drop(produce);
+    /// # }
+    /// ```
+    pub fn shared_reaper(mut self, reaper: &SharedSystemTimerReaper) -> Self {
+        self.shared_reaper = Some(reaper.clone());
         self
     }
 
@@ -941,14 +1003,27 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
     /// # Panics
     ///
     /// Panics if the reaper thread cannot be spawned.
+    #[track_caller]
     pub fn build(self) -> DelayedOperationPurgatory<K, Op> {
-        let (timer, system_timer) = match self.timer {
-            Some(timer) => (timer, None),
-            None => {
-                let own = Arc::new(SystemTimer::new(&self.settings.purgatory_name));
+        let name = &self.settings.purgatory_name;
+        let (timer, system_timer) = match (self.timer, &self.shared_reaper) {
+            (Some(_), Some(_)) => panic!(
+                "DelayedOperationPurgatoryBuilder::build: `.timer(..)` and `.shared_reaper(..)` \
+                 both given for purgatory {name:?}: the purgatory's own timer runs on the shared \
+                 reaper, a given one on its caller's driver"
+            ),
+            (Some(timer), None) => (timer, None),
+            (None, Some(reaper)) => {
+                let driven = reaper.drive(SystemTimer::new(name));
+                let own = driven.shared();
+                (Arc::new(driven) as Arc<dyn Timer>, Some(own))
+            }
+            (None, None) => {
+                let own = Arc::new(SystemTimer::new(name));
                 (Arc::clone(&own) as Arc<dyn Timer>, Some(own))
             }
         };
+        let shared = self.shared_reaper.is_some();
         let metrics = PurgatoryMetrics::new(&self.settings.purgatory_name);
         let inner = Arc::new(Inner {
             watch_lists: WatchLists::new(),
@@ -957,12 +1032,13 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
             shut_down: AtomicBool::new(false),
             warned: [AtomicBool::new(false), AtomicBool::new(false)],
             metrics,
+            next_purge_ms: AtomicI64::new(if shared { i64::MIN } else { i64::MAX }),
             settings: self.settings,
             timer,
             system_timer,
         });
         // Kafka's `ExpiredOperationReaper`.
-        let reaper = inner.settings.reaper_enabled.then(|| {
+        let reaper = (inner.settings.reaper_enabled && !shared).then(|| {
             let (settings, reaping) = (&inner.settings, Arc::clone(&inner));
             let (broker_id, poll_ms) = (settings.broker_id, settings.reaper_poll_ms);
             let name = format!("ExpirationReaper-{broker_id}-{}", settings.purgatory_name);

@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use crate::common::PATIENCE;
 use crate::common::ledger::Ledger;
+use crate::common::probe::Probe;
 use crate::common::rng::Rng;
 use crate::common::sync::eventually;
 use timingwheel::{
-    MockTime, SharedSystemTimerReaper, SystemTimer, Timer, TimerTask, hi_res_clock_ms, timer_task,
+    DelayedOperationPurgatory, MockTime, MockTimer, SharedSystemTimerReaper, SystemTimer, Timer,
+    TimerTask, hi_res_clock_ms, timer_task,
 };
 
 /// Timers on the one reaper, and tasks added to each, in the counting stress test.
@@ -191,4 +193,55 @@ fn dropping_the_last_clone_closes_the_reaper() {
     );
     drop(clone);
     assert!(timer.get_ref().is_closed());
+}
+
+#[test]
+fn purgatories_on_one_shared_reaper_expire_complete_and_purge_without_a_thread_of_their_own() {
+    let reaper = SharedSystemTimerReaper::new("shared-purgatories");
+    let purgatory = |name: &str| {
+        DelayedOperationPurgatory::<u32, Probe>::builder(name)
+            .shared_reaper(&reaper)
+            .purge_interval(2)
+            .reaper_poll_ms(1)
+            .build()
+    };
+    let (produce, fetch) = (purgatory("Produce"), purgatory("Fetch"));
+    assert_eq!(reaper.timers(), 2);
+    assert!(produce.system_timer().is_some(), "its own timer, on the shared reaper");
+    // Expiry: driven by the shared thread.
+    let expiring = Probe::delayed(5);
+    assert!(!produce.try_complete_else_watch(&expiring, &[1]));
+    eventually(PATIENCE, "the timeout expired the operation", || {
+        expiring.operation().expirations() == 1
+    });
+    // Completion, then a purge from a later watch: no thread of the purgatory's does it.
+    let ops: Vec<_> = (0..5).map(|_| Probe::delayed(60_000)).collect();
+    for op in &ops {
+        assert!(!fetch.try_complete_else_watch(op, &[7, 8]));
+        op.force_complete();
+    }
+    assert_eq!(fetch.num_delayed(), 0, "completing cancelled the timeouts");
+    assert_eq!(fetch.watched(), 10, "completed, still in the lists of keys 7 and 8");
+    thread::sleep(Duration::from_millis(5));
+    let later = Probe::delayed(60_000);
+    assert!(!fetch.try_complete_else_watch(&later, &[9]));
+    assert_eq!(fetch.watched(), 1, "the watch purged the completed entries");
+    fetch.shutdown();
+    assert_eq!(reaper.timers(), 1, "the other purgatory's timer is still driven");
+    reaper.close();
+    assert!(produce.system_timer().unwrap().is_closed());
+}
+
+#[test]
+fn a_purgatory_given_both_a_timer_and_a_shared_reaper_panics_naming_both() {
+    let reaper = SharedSystemTimerReaper::new("shared-both");
+    let (message, location) = crate::common::panic_message_and_location("shared_reaper", || {
+        DelayedOperationPurgatory::<u32, Probe>::builder("both")
+            .timer(MockTimer::new())
+            .shared_reaper(&reaper)
+            .build()
+    });
+    assert!(message.contains("`.timer(..)` and `.shared_reaper(..)`"), "{message}");
+    assert_eq!(location.as_deref(), Some(file!()), "reported at the caller");
+    reaper.close();
 }
