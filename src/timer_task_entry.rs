@@ -493,6 +493,33 @@ mod tests {
     }
 
     #[test]
+    fn a_clone_of_a_handle_without_a_share_counts_both_in_the_record_its_place_opened() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        let key = shard
+            .lock()
+            .insert_unlisted(timer_task(1, || {}), 10)
+            .ok()
+            .unwrap();
+        let (opener, other) = (
+            TimerTaskEntry::at(shard, key),
+            TimerTaskEntry::at(shard, key),
+        );
+        opener.set_expiration(&mut shard.lock(), NEVER_AFTER + 1);
+        let clone = other.clone();
+        drop((opener, other));
+        assert_eq!(
+            clone.expiration_ms(),
+            NEVER_AFTER + 1,
+            "the record outlives them"
+        );
+        drop(clone);
+        let mut state = shard.lock();
+        assert_eq!(state.clones.len(), 0);
+        assert!(state.take(key).is_some());
+    }
+
+    #[test]
     fn debug_shows_an_expiration_beyond_the_word() {
         let shards = Shards::take(1, None, None);
         let shard = shards[0];
