@@ -1,34 +1,29 @@
-//! The handle `add` returns (Kafka's `TimerTaskEntry`, seen from the outside).
+//! The handle `add` returns (Kafka's `TimerTaskEntry`, seen from the outside): 16 bytes
+//! that name a slot of a pooled shard (see `store::shard`).
 //!
 //! # Ground rules
 //!
 //! The lock order is in `crate::lock_order`. Here:
 //!
-//! - The task itself never lives in the handle. It lives in a slot of its timer's entry
-//!   store and is moved out of there exactly once, under the shard's lock: to the executor
-//!   (or, for a `MockTimer`, to the caller that runs it), to `close`/`stop`, or to
-//!   [`TimerTaskEntry::cancel`], which drops it. Whoever moves it out decides the outcome,
-//!   so cancel and run can never both happen.
+//! - The task never lives in the handle. It lives in a slot and is moved out of there
+//!   exactly once, under the shard's lock: to the executor (or, for a `MockTimer`, to the
+//!   caller that runs it), to `close`/`stop`, or to [`TimerTaskEntry::cancel`], which drops
+//!   it. Whoever moves it out decides the outcome, so cancel and run never both happen.
 //! - The handle names its slot by index and generation, and a slot never has the same
-//!   generation twice, so a stale handle never reaches a later task in the same slot. It
-//!   keeps its shard's number, not a reference: shards are pooled and numbered for the life
-//!   of the process (see `pool`), so the handle stays valid after its timer is gone, costs
-//!   no reference count, and fits with its expiration in 16 bytes.
+//!   generation twice, so a stale handle never reaches a later task in the same slot.
 //! - The expiration is packed beside the shard's number: exact within 278 years of the
-//!   clock's zero and at the saturated ends. Any other is kept in the shard's record, as a
-//!   clone's is (see `clones`), so every handle reads its exact expiration.
-//! - "Cancelled" is a flag in the handle until the handle is first cloned. From then on the
-//!   handle and its clones share a record in the shard, keyed by the entry, which the last
-//!   of them removes when dropped. Cloning and cancelling both set flags under the shard's
-//!   lock, so a cancel through any handle is seen by all of them; and since every writer
-//!   of a handle's bits holds that lock, a plain load and store set them (readers take
-//!   none).
+//!   clock's zero and at the saturated ends. Any other is kept in the shard's record (see
+//!   `Clones`), as a clone's is, so every handle reads its exact expiration.
+//! - "Cancelled" is a flag in the handle until it is first cloned; from then on the handle
+//!   and its clones share the record. Every writer of a handle's bits holds the shard's
+//!   lock, so a plain load and store set them (readers take none), and a cancel through
+//!   any handle is seen by all of them.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::store::chunks::EntryKey;
-use crate::store::shard::{Count, SHARD_ID_BITS, Shard, ShardState, shard_by_id};
+use crate::store::shard::{Count, Record, SHARD_ID_BITS, Shard, ShardState, shard_by_id};
 
 /// The slot index's bits in [`TimerTaskEntry::bits`].
 const INDEX_MASK: u32 = (1 << 24) - 1;
@@ -69,7 +64,7 @@ pub struct TimerTaskEntry {
     bits: AtomicU32,
     /// The occupant's generation; for a handle without a shard, the expiration's low half.
     generation: u32,
-    /// The shard's number (see `pool`) in the low `SHARD_ID_BITS`, 0 when the task never
+    /// The shard's number (see `shard_by_id`) in the low `SHARD_ID_BITS`, 0 when the task never
     /// entered a store (it was already expired and went straight to the executor, or a
     /// closed timer refused it). Above them the expiration: its code (see [`encode`]) for a
     /// pending task, its high half for one without a shard. Changed only by `reschedule`,
@@ -128,7 +123,7 @@ impl TimerTaskEntry {
     ) -> Self {
         let mut entry = TimerTaskEntry::at(shard, key);
         match encode(expiration_ms) {
-            Some(code) => *entry.word.get_mut() = word(shard.id(), code),
+            Some(code) => *entry.word.get_mut() = word(shard.id, code),
             None => entry.set_expiration_cold(state, expiration_ms),
         }
         entry
@@ -149,7 +144,7 @@ impl TimerTaskEntry {
         TimerTaskEntry {
             bits: AtomicU32::new(key.index),
             generation: key.generation,
-            word: AtomicU64::new(word(shard.id(), 0)),
+            word: AtomicU64::new(word(shard.id, 0)),
         }
     }
 
@@ -178,6 +173,18 @@ impl TimerTaskEntry {
             0 => None,
             id => shard_by_id(id),
         }
+    }
+
+    /// Returns the shard that keeps the record this handle shares, if it shares one.
+    #[inline]
+    fn record_shard(&self) -> Option<&'static Shard> {
+        let shared = self.bits.load(Ordering::Relaxed) & SHARED != 0;
+        shared.then(|| self.shard()).flatten()
+    }
+
+    /// Returns the record this handle shares, if it shares one.
+    fn record(&self) -> Option<Record> {
+        self.record_shard()?.lock().clones.get(self.key())
     }
 
     /// Returns the expiration the handle holds itself: exact for a handle without a shard,
@@ -227,13 +234,16 @@ impl TimerTaskEntry {
         }
         let bits = self.bits.load(Ordering::Relaxed);
         if bits & SHARED != 0 {
-            state.clones.set_expiration(self.key(), expiration_ms);
-        } else if code.is_none() {
-            // Beyond what the word holds: the handle keeps a record, as clones do.
-            self.set_bits(SHARED);
             state
                 .clones
-                .open(self.key(), bits & CANCELLED != 0, expiration_ms);
+                .update(self.key(), |record| record.expiration_ms = expiration_ms);
+        } else if code.is_none() {
+            // Beyond what the word holds: the handle keeps a record, as clones do (another
+            // handle made from the entry's place, a keyed timer's, may have opened it).
+            self.set_bits(SHARED);
+            let clones = &mut state.clones;
+            clones.add(self.key(), 1, bits & CANCELLED != 0, expiration_ms);
+            clones.update(self.key(), |record| record.expiration_ms = expiration_ms);
         }
     }
 
@@ -251,16 +261,10 @@ impl TimerTaskEntry {
     /// assert_eq!(timer.add(timer_task(i64::MAX, || {})).expiration_ms(), i64::MAX);
     /// ```
     pub fn expiration_ms(&self) -> i64 {
-        match self.shard() {
-            // A clone may have rescheduled the entry, or the expiration is beyond the
-            // handle's own word: the shared record knows.
-            Some(shard) if self.bits.load(Ordering::Relaxed) & SHARED != 0 => shard
-                .lock()
-                .clones
-                .expiration(self.key())
-                .unwrap_or_else(|| self.own_expiration_ms()),
-            _ => self.own_expiration_ms(),
-        }
+        // A clone may have rescheduled the entry, or the expiration is beyond the handle's
+        // own word: the shared record knows.
+        self.record()
+            .map_or_else(|| self.own_expiration_ms(), |record| record.expiration_ms)
     }
 
     /// Stops the timer for this task. Returns true iff this call prevented the task from
@@ -300,7 +304,7 @@ impl TimerTaskEntry {
         };
         state.count(Count::Cancelled, 1);
         if self.set_bits(CANCELLED) & SHARED != 0 {
-            state.clones.set_cancelled(key);
+            state.clones.update(key, |record| record.cancelled = true);
         }
         drop(state);
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
@@ -325,14 +329,8 @@ impl TimerTaskEntry {
     /// assert!(entry.cancelled());
     /// ```
     pub fn cancelled(&self) -> bool {
-        let bits = self.bits.load(Ordering::Relaxed);
-        if bits & CANCELLED != 0 {
-            return true;
-        }
-        match self.shard() {
-            Some(shard) if bits & SHARED != 0 => shard.lock().clones.cancelled(self.key()),
-            _ => false,
-        }
+        let cancelled_here = self.bits.load(Ordering::Relaxed) & CANCELLED != 0;
+        cancelled_here || self.record().is_some_and(|record| record.cancelled)
     }
 }
 
@@ -340,34 +338,29 @@ impl Clone for TimerTaskEntry {
     fn clone(&self) -> Self {
         let Some(shard) = self.shard() else {
             // Nothing can change for a handle without an entry: a copy will do.
-            return TimerTaskEntry {
-                bits: AtomicU32::new(self.bits.load(Ordering::Relaxed)),
-                generation: self.generation,
-                word: AtomicU64::new(self.word.load(Ordering::Relaxed)),
-            };
+            let bits = self.bits.load(Ordering::Relaxed);
+            return TimerTaskEntry::detached(self.own_expiration_ms(), bits);
         };
         let key = self.key();
         let mut state = shard.lock();
         let bits = self.set_bits(SHARED);
+        // This handle counts itself in too if it had no share in the record yet.
+        let handles = 1 + usize::from(bits & SHARED == 0);
         let own = self.own_expiration_ms();
-        state.clones.add(key, bits & CANCELLED != 0, own);
         // The clone's own copy is for `Debug` only: being shared, it reads the record.
-        let shared = state.clones.expiration(key).unwrap_or(own);
+        let shared = state.clones.add(key, handles, bits & CANCELLED != 0, own);
         drop(state);
         TimerTaskEntry {
             bits: AtomicU32::new(key.index | SHARED),
             generation: self.generation,
-            word: AtomicU64::new(word(shard.id(), encode(shared).unwrap_or(0))),
+            word: AtomicU64::new(word(shard.id, encode(shared).unwrap_or(0))),
         }
     }
 }
 
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
-        if *self.bits.get_mut() & SHARED == 0 {
-            return;
-        }
-        if let Some(shard) = self.shard() {
+        if let Some(shard) = self.record_shard() {
             shard.lock().clones.remove(self.key());
         }
     }
@@ -378,19 +371,15 @@ impl fmt::Debug for TimerTaskEntry {
         // Waits for no lock: a shared record is read only if its shard's lock is free at
         // once (else the handle's own copy is shown), and a clone's cancel is not seen here
         // (`cancelled()` sees it).
-        let bits = self.bits.load(Ordering::Relaxed);
-        let shared = match self.shard() {
-            Some(shard) if bits & SHARED != 0 => shard
-                .try_lock()
-                .and_then(|state| state.clones.expiration(self.key())),
-            _ => None,
-        };
+        let shared = self
+            .record_shard()
+            .and_then(|shard| shard.try_lock()?.clones.get(self.key()));
+        let expiration_ms =
+            shared.map_or_else(|| self.own_expiration_ms(), |record| record.expiration_ms);
+        let cancelled = self.bits.load(Ordering::Relaxed) & CANCELLED != 0;
         f.debug_struct("TimerTaskEntry")
-            .field(
-                "expiration_ms",
-                &shared.unwrap_or_else(|| self.own_expiration_ms()),
-            )
-            .field("cancelled_here", &(bits & CANCELLED != 0))
+            .field("expiration_ms", &expiration_ms)
+            .field("cancelled_here", &cancelled)
             .finish_non_exhaustive()
     }
 }
@@ -498,6 +487,33 @@ mod tests {
             "still there for the other"
         );
         drop(b);
+        let mut state = shard.lock();
+        assert_eq!(state.clones.len(), 0);
+        assert!(state.take(key).is_some());
+    }
+
+    #[test]
+    fn a_clone_of_a_handle_without_a_share_counts_both_in_the_record_its_place_opened() {
+        let shards = Shards::take(1, None, None);
+        let shard = shards[0];
+        let key = shard
+            .lock()
+            .insert_unlisted(timer_task(1, || {}), 10)
+            .ok()
+            .unwrap();
+        let (opener, other) = (
+            TimerTaskEntry::at(shard, key),
+            TimerTaskEntry::at(shard, key),
+        );
+        opener.set_expiration(&mut shard.lock(), NEVER_AFTER + 1);
+        let clone = other.clone();
+        drop((opener, other));
+        assert_eq!(
+            clone.expiration_ms(),
+            NEVER_AFTER + 1,
+            "the record outlives them"
+        );
+        drop(clone);
         let mut state = shard.lock();
         assert_eq!(state.clones.len(), 0);
         assert!(state.take(key).is_some());

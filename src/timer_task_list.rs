@@ -1,10 +1,14 @@
-//! A list of entries that come due together (Kafka's `TimerTaskList`): one bucket of a
-//! wheel, or, above the lowest level, one half of a bucket (see the `wheel` module).
+//! Kafka's `TimerTaskList`: the entries that come due together, one bucket of a wheel or,
+//! above the lowest level, one half of a bucket (see `timing_wheel`).
 //!
-//! Kafka's list holds its entries. Here a [`TimerTaskList`] is the list's identity and its
-//! expiration; its entries are stored per shard, as chains of slot indices in each shard
-//! (see `store::chains`), and [`TimerTaskList::flush`] takes them out of one shard a chunk
-//! at a time.
+//! Kafka's list holds its entries. Here a [`TimerTaskList`] is an id and an expiration, and
+//! each shard keeps its part of every list ([`Chains`]): slot indices in two chains of
+//! blocks of 251, the *current* chain, which adds append to, and the *detached* chain,
+//! which a flush takes entries from, oldest first. Detaching a list for a flush is O(1)
+//! however long it is, and a flush reads indices in runs rather than chasing a pointer per
+//! entry. An entry's [`Loc`] is its block and its place there; a cancel swaps the last
+//! entry of the same chain into the hole and fixes that entry's `Loc`: O(1), in either
+//! chain.
 //!
 //! # Ground rules
 //!
@@ -14,47 +18,24 @@
 //!   flush resets it under the write lock, just before it detaches every shard's part. An
 //!   add that comes later sees the reset, sets the expiration again and queues the list
 //!   again, so an entry added after the detach is never left in a list nobody will flush.
-//!
-//! # The entries: chains of slot indices per shard
-//!
-//! The entries of each list, one shard's part of it: slot indices in chains of blocks.
-//!
-//! Kafka's bucket is a doubly linked list of entry objects. Here a list's part in a shard
-//! ([`ListPart`]) is two chains of fixed blocks of 251 slot indices: the *current* chain,
-//! which adds append to, and the *detached* chain, which a flush takes entries from,
-//! oldest first (see [`Chains::detach`]). A flush then reads indices in runs rather than
-//! chasing a pointer per entry, and detaching a list for a flush is O(1) however long it
-//! is.
-//!
-//! An entry's [`Loc`] is its block and its place in the block. Blocks never move, so a slot
-//! keeps its `Loc` until its entry moves; a cancel swaps the last entry of the same chain
-//! into the hole and fixes that entry's `Loc`: O(1), in either chain.
-//!
-//! # Ground rules
-//!
-//! - Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
-//! - A block's header says which list it belongs to and which chain: it is in the current
-//!   chain iff its epoch is its list part's epoch, which every detach moves on. So a detach
+//! - [`Chains`] are part of a shard's state, guarded by its lock. A block is in its list's
+//!   current chain iff its epoch is the list part's, which every detach moves on: a detach
 //!   touches no block but the bottom of the current chain.
 //! - A chain's blocks are linked both ways: `NEXT` down to older blocks, `PREV` up to newer
-//!   ones. Adds append to the top block. A flush takes entries from the bottom (oldest)
-//!   block of the detached chain, from its `head` offset up, so entries come out in the
-//!   order they went in; a cancel takes the last entry of its chain's top block into the
-//!   hole, so only a cancel reorders. No block but a chain's top or (detached) bottom
-//!   loses entries, so no block inside a chain is ever empty; an emptied block goes back
-//!   to the shard's blocks at once.
-//! - Blocks come from [`Chunks`]: mapped 64 at a time, unmapped when all 64 are free. Adding
-//!   never moves what is stored: no chain ever reallocates, on any thread.
+//!   ones. Adds append to the top block; a flush takes from the bottom block of the
+//!   detached chain, from its `head` up, so entries come out in the order they went in; a
+//!   cancel takes the last entry of its chain's top block into the hole, so only a cancel
+//!   reorders. No block inside a chain is ever empty: an emptied block goes back at once.
+//! - Blocks live in [`Chunks`]: adding never moves what is stored.
 
-use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::store::chunks::{Chunks, Item, Loc, NIL};
-
+use crate::store::chunks::{Chunks, Item, Loc, NIL, Region};
 /// A list's expiration when it holds no expiration: never set, or flushed since.
 pub(crate) const NO_EXPIRATION: i64 = i64::MIN;
 
 /// One list of a bucket: the entries that are due to be flushed at the same time.
+#[derive(Debug)]
 pub(crate) struct TimerTaskList {
     id: u32,
     /// How long after the list is due its earliest entry can expire: the lead a flush has
@@ -102,21 +83,11 @@ impl TimerTaskList {
     pub(crate) fn set_expiration(&self, expiration_ms: i64) -> bool {
         // Reading first keeps the common case (same list, same due time) free of writes to a
         // cache line that every adding thread reads.
-        let mut current = self.expiration_ms.load(Ordering::Relaxed);
-        loop {
-            if current != NO_EXPIRATION && current <= expiration_ms {
-                return false;
-            }
-            match self.expiration_ms.compare_exchange_weak(
-                current,
-                expiration_ms,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(actual) => current = actual,
-            }
-        }
+        let earlier = |current| current == NO_EXPIRATION || current > expiration_ms;
+        let update = |current| earlier(current).then_some(expiration_ms);
+        self.expiration_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, update)
+            .is_ok()
     }
 
     /// Returns the list's expiration, or [`NO_EXPIRATION`].
@@ -130,20 +101,10 @@ impl TimerTaskList {
     }
 }
 
-impl fmt::Debug for TimerTaskList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TimerTaskList")
-            .field("id", &self.id)
-            .field("slack_ms", &self.slack_ms)
-            .field("expiration_ms", &self.expiration_ms())
-            .finish()
-    }
-}
-
 /// Words of a block: a header, then entries.
 const BLOCK_WORDS: usize = 256;
-/// Header words: the list, the next block down the chain (older), the one up (newer), the
-/// length, the epoch.
+/// Header words, in this order: the list, the next block down the chain (older), the one up
+/// (newer), the length, the epoch.
 const LIST: usize = 0;
 const NEXT: usize = 1;
 const PREV: usize = 2;
@@ -151,7 +112,7 @@ const LEN: usize = 3;
 const EPOCH: usize = 4;
 const HEADER: usize = 5;
 /// Entries per block.
-pub(crate) const BLOCK_ENTRIES: usize = BLOCK_WORDS - HEADER;
+const BLOCK_ENTRIES: usize = BLOCK_WORDS - HEADER;
 
 /// Blocks per chunk: 2^6, 64 KiB of 1 KiB blocks.
 const CHUNK_SHIFT: u32 = 6;
@@ -170,13 +131,8 @@ impl Item for Block {
         Block(words)
     }
 
-    fn next_vacant(&self) -> u32 {
-        self.0[NEXT]
-    }
-
-    fn vacate(&mut self, next: u32) -> bool {
-        self.0[NEXT] = next;
-        true
+    fn link(&mut self) -> &mut u32 {
+        &mut self.0[NEXT]
     }
 }
 
@@ -193,10 +149,6 @@ impl Chain {
         top: NIL,
         bottom: NIL,
     };
-
-    fn is_empty(self) -> bool {
-        self.top == NIL
-    }
 }
 
 /// One shard's part of one list.
@@ -221,7 +173,7 @@ impl ListPart {
 
 /// The list parts of one shard and the blocks they are made of.
 pub(crate) struct Chains {
-    blocks: Chunks<Block>,
+    pub(crate) blocks: Chunks<Block>,
     /// The last block a chain let go of, kept for the next chain that needs one (or `NIL`):
     /// an entry added and cancelled over and over at a block's edge then costs a block
     /// neither taken from nor given back to the chunks.
@@ -230,15 +182,17 @@ pub(crate) struct Chains {
     parts: Vec<ListPart>,
 }
 
-impl Chains {
-    pub(crate) const fn new() -> Chains {
+impl Default for Chains {
+    fn default() -> Chains {
         Chains {
-            blocks: Chunks::new(),
+            blocks: Chunks::default(),
             spare: NIL,
             parts: Vec::new(),
         }
     }
+}
 
+impl Chains {
     fn header(&self, block: u32, word: usize) -> u32 {
         self.blocks.get(block).0[word]
     }
@@ -277,19 +231,15 @@ impl Chains {
         let block = match std::mem::replace(&mut self.spare, NIL) {
             NIL => {
                 self.blocks
-                    .take()
+                    .take_vacant()
                     .expect("block ids for every slot of a shard")
                     .0
             }
             spare => spare,
         };
+        // The header, then the entry.
         let words = &mut self.blocks.get_mut(block).0;
-        words[LIST] = id;
-        words[NEXT] = top;
-        words[PREV] = NIL;
-        words[LEN] = 1;
-        words[EPOCH] = part.epoch;
-        words[HEADER] = index;
+        words[LIST..=HEADER].copy_from_slice(&[id, top, NIL, 1, part.epoch, index]);
         if top != NIL {
             self.set_header(top, PREV, block);
         }
@@ -309,8 +259,8 @@ impl Chains {
             return;
         };
         let (mut detached, mut head) = (part.detached, part.head);
-        if !part.current.is_empty() {
-            if detached.is_empty() {
+        if part.current.top != NIL {
+            if detached.top == NIL {
                 (detached, head) = (part.current, 0);
             } else {
                 // The newer entries go above the older ones, which a flush takes first.
@@ -445,41 +395,17 @@ impl Chains {
 
     /// Empties every list and moves every block chunk into `out`, for the caller to unmap
     /// with no lock held.
-    pub(crate) fn clear(&mut self, out: &mut Vec<crate::store::chunks::Region<Block>>) {
+    pub(crate) fn clear(&mut self, out: &mut Vec<Region<Block>>) {
         self.parts.clear();
         self.spare = NIL;
         self.blocks.clear(out);
-    }
-
-    /// The storage underneath, for releasing.
-    pub(crate) fn blocks(&mut self) -> &mut Chunks<Block> {
-        &mut self.blocks
-    }
-
-    /// The bytes of the mapped chunks.
-    pub(crate) fn mapped_bytes(&self) -> usize {
-        self.blocks.mapped_bytes()
-    }
-
-    /// Returns the number of blocks in chains (the spare not counted).
-    #[cfg(test)]
-    fn blocks_in_use(&self) -> usize {
-        self.blocks.live() - usize::from(self.spare != NIL)
-    }
-
-    /// Returns the entries of list `id` in this shard, detached ones first, each chain
-    /// oldest first.
-    #[cfg(test)]
-    pub(crate) fn entries(&self, id: u32) -> Vec<u32> {
-        let mut out = Vec::new();
-        self.for_each_entry(id, |index| out.push(index));
-        out
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     #[test]
     fn set_expiration_keeps_the_earliest_and_reports_changes() {
@@ -500,12 +426,20 @@ mod tests {
             "after a flush any expiration is new"
         );
     }
-}
 
-#[cfg(test)]
-mod chains_tests {
-    use super::*;
-    use std::collections::HashMap;
+    impl Chains {
+        /// Returns the number of blocks in chains (the spare not counted).
+        fn blocks_in_use(&self) -> usize {
+            self.blocks.live() - usize::from(self.spare != NIL)
+        }
+
+        /// Returns the entries of list `id`, detached ones first, each chain oldest first.
+        fn entries(&self, id: u32) -> Vec<u32> {
+            let mut out = Vec::new();
+            self.for_each_entry(id, |index| out.push(index));
+            out
+        }
+    }
 
     /// Chains plus where each slot is, fixed up as a shard does.
     struct Model {
@@ -516,7 +450,7 @@ mod chains_tests {
     impl Model {
         fn new() -> Model {
             Model {
-                chains: Chains::new(),
+                chains: Chains::default(),
                 locs: HashMap::new(),
             }
         }
@@ -652,7 +586,6 @@ mod chains_tests {
         assert_eq!(loc.block(), (1 << 24) - 1);
         assert_eq!(loc.offset(), BLOCK_ENTRIES - 1);
         assert_ne!(loc, Loc::UNLISTED);
-        assert_eq!(Loc::from_raw(loc.into_raw()), loc);
         assert_eq!(loc.held_at(), None);
         assert_eq!(Loc::UNLISTED.held_at(), None);
         let held = Loc::held(MAX_BLOCKS - 1);

@@ -614,11 +614,12 @@ mod tests {
         fn layout(&self) -> Vec<(usize, usize, &'static str, i64)> {
             let mut read = self.lock.read(0);
             let mut out = Vec::new();
+            let levels = read.value().levels();
             let shard = read.shard();
-            for (level, wheel) in self.lock.value_for_tests().levels().into_iter().enumerate() {
+            for (level, wheel) in levels.into_iter().enumerate() {
                 let per_bucket = wheel.shape.lists_per_bucket as usize;
                 for (i, list) in wheel.lists().iter().enumerate() {
-                    if shard.list_len(list.id()) > 0 {
+                    if shard.min_expiration(list.id()).is_some() {
                         let kind = match (per_bucket, i % 2) {
                             (1, _) => "",
                             (_, 0) => "early",
@@ -699,7 +700,7 @@ mod tests {
         // At c+3 the late list [c+5, c+5] moves down too.
         assert_eq!(ex.step(), [3]);
         assert_eq!(
-            ex.lock.value_for_tests().levels()[1].current_time_ms() - ex.c,
+            ex.lock.read(0).value().levels()[1].current_time_ms() - ex.c,
             3
         );
         assert!(ex.layout().contains(&(1, 2, "", 5)));
@@ -792,7 +793,7 @@ mod kafka_timing_wheel_test {
         }
 
         fn levels(&self) -> Vec<&TimingWheel> {
-            self.lock.value_for_tests().levels()
+            self.lock.read(0).value().levels()
         }
     }
 
@@ -824,7 +825,11 @@ mod kafka_timing_wheel_test {
             "what `TimerTaskEntry::cancel` does"
         );
         assert!(!shard.is_live(key));
-        assert_eq!(shard.list_len(list), 0, "nothing left for a flush to add");
+        assert_eq!(
+            shard.min_expiration(list),
+            None,
+            "nothing left for a flush to add"
+        );
     }
 
     #[test]

@@ -1,84 +1,37 @@
-//! Items in mapped chunks: the storage that slots and chain blocks share.
+//! Items in 64 KiB chunks of memory the timer maps itself: the storage of a shard's slots
+//! (here) and of its list blocks (`timer_task_list`).
 //!
-//! A [`Chunks<T>`] hands out items by `u32` index. Items live in chunks of
-//! `2^T::CHUNK_SHIFT` items,
-//! each a [`Region`] of its own; a chunk is mapped when the first of its items is taken and
-//! unmapped once its last one is given back, so the memory follows the items in use. Each
-//! chunk keeps its vacant items in a list threaded through the items themselves
-//! ([`Item::next_vacant`]), and the chunks with room are listed too, so taking and giving
-//! back an item are O(1).
+//! A [`Chunks<T>`] hands out items by `u32` index. A chunk is mapped when the first of its
+//! items is taken and unmapped once its last one is given back, so the memory follows the
+//! items in use. Each chunk threads its vacant items through the items themselves
+//! ([`Item::link`]) and the chunks with room are listed, so taking and giving back an
+//! item are O(1).
 //!
-//! # Ground rules
+//! A [`Slot`] is an entry (Kafka gives every `TimerTaskEntry` an object of its own): its
+//! task, its expiration, the generation of its occupant and where it is listed ([`Loc`]). A
+//! slot's index never changes while it is occupied, so a handle names it by index
+//! ([`EntryKey`]); the generation tells the handle's own occupant from a later one.
 //!
-//! - A `Chunks` is part of one shard's state, guarded by the shard's lock. Nothing here
-//!   locks, runs user code, or allocates from the heap on the paths that take and give back
-//!   items, except to grow the chunk directory when a new chunk is mapped.
-//! - Chunks emptied while the lock is held are not unmapped under it: they wait in
-//!   `released` until [`take_released`](Chunks::take_released), and the caller unmaps them
-//!   once it has let go of the lock. One emptied chunk stays mapped, with its vacant list as
-//!   it is (`empty`), so that an item taken and given back over and over at a chunk's edge
-//!   neither maps nor unmaps nor rebuilds anything; a second emptied chunk is unmapped.
-//! - Chunk numbers are reused. An item type that counts generations (slots) reads the
-//!   highest generation of a chunk before it is given back
-//!   ([`Item::generation`]), and the next chunk of that number starts from there, so a
-//!   number never repeats a generation; a chunk number whose generations ran out is retired.
-//!
-//! # Slots: where an entry's task lives
-//!
-//! Where pending tasks live: 32-byte slots in mapped chunks, named by index and generation.
-//!
-//! Kafka gives every `TimerTaskEntry` an object of its own. Here an entry is a slot: its
-//! task, its expiration, the generation of its occupant and where it is listed ([`Loc`]).
-//! A slot's index never changes while it is occupied, so a handle names it by index; the
-//! generation tells a handle's own occupant from a later one.
+//! Why not the heap: with glibc's malloc, the executor frees every task box into the arena
+//! of the thread that added it, whose fastbins are coalesced, under the arena's lock, by
+//! the next large `free` or `malloc` there: the driver then stalled in an ordinary `free`
+//! (see the stalls in `docs/performance.md`). Mapped memory meets no arena, and unmapping
+//! gives the pages back at once, so RSS follows the live set too.
 //!
 //! # Ground rules
 //!
-//! - Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
-//! - A slot is *vacant* (no task) or *occupied*. Its generation counts its occupants; a
-//!   slot whose generation would wrap is retired instead of reused, and chunk numbers keep
-//!   their highest generation when their chunk is unmapped (see `chunks`), so a key never
-//!   names a later occupant.
-//!
-//! # Mapped memory
-//!
-//! Fixed-size arrays that live outside the process's heap: the memory of slots and chain
-//! blocks.
-//!
-//! # Why not the heap
-//!
-//! With glibc's malloc, the executor frees every task box into the arena of the thread
-//! that added it, through the arena's fastbins, which are not coalesced until something
-//! asks. A later `free` of a large block of that arena (a page of slots given back), or a
-//! large `malloc` in it, first coalesces every one of them, holding the arena's lock: the
-//! timer's driver then waits for that lock in an ordinary `free` (1.4 s for a burst of ten
-//! million, measured in `docs/performance.md`, "What caused the 1.4 s stalls"). Memory the
-//! timer maps itself never meets an arena: mapping and unmapping it takes no allocator lock and coalesces nothing, and
-//! unmapping gives the pages back to the operating system at once, so the timer's own
-//! memory follows its live set in RSS too, without trimming the heap.
-//!
-//! # Ground rules
-//!
-//! - A [`Region<T>`] owns `len` initialized `T`s in one anonymous private mapping (on Unix;
-//!   elsewhere in a boxed slice), and hands them out only as `&[T]` / `&mut [T]` through
-//!   `&self` / `&mut self`, so the borrow checker guards them as it guards a `Vec`'s.
-//! - With `crate::prefetch` (a cache hint), this is the crate's only `unsafe` code. Every
-//!   block says why it is sound.
-//!
-//! # The cache hint
-//!
-//! A hint that memory is about to be read: the one place the crate asks the processor to
-//! fetch a cache line ahead of time.
-//!
-//! The first read of a task's box on the executor, and of a slot in a flush, is likely a
-//! cache and TLB miss: both were written long before. Asking for the next boxes and a
-//! chunk's slots ahead lets the misses overlap; the figures that pay for it, with and
-//! without the hint, are in `docs/performance.md` ("The prefetch"). A plain read cannot do
-//! it here: a task is a `dyn TimerTask` whose memory safe code can only reach by calling
-//! into it.
-
-use std::fmt;
-use std::ops::{Deref, DerefMut};
+//! - Part of one shard's state, guarded by its lock (see `crate::lock_order`). Nothing here
+//!   locks or runs user code, and taking and giving back items allocates nothing (the chunk
+//!   directory grows when a chunk is mapped).
+//! - Chunks emptied under the lock wait in `released`; the caller unmaps them after it
+//!   lets go of the lock. One emptied chunk stays mapped as is (`empty`), so that an item
+//!   taken and given back over and over at a chunk's edge maps and unmaps nothing.
+//! - A slot's generation counts its occupants. A slot whose generation would wrap is
+//!   retired; a chunk number keeps its chunk's highest generation when the chunk is
+//!   unmapped, and is retired once they ran out. So a key never names a later occupant.
+//! - The store's only `unsafe` code is here: [`Region`]'s mapping, which hands its `T`s out
+//!   only through `&self` / `&mut self` as a `Vec` does, and [`prefetch`]. Every block says
+//!   why it is sound.
 
 use crate::task::TimerTask;
 
@@ -95,18 +48,17 @@ pub(crate) trait Item: Sized {
     /// Returns a vacant item whose successor in the vacant list is `next`, starting over from
     /// `generation` (ignored by items that count none).
     fn vacant(next: u32, generation: u32) -> Self;
-    /// Returns the successor of this vacant item in its chunk's vacant list.
-    fn next_vacant(&self) -> u32;
-    /// Makes this item vacant with successor `next`; returns false if the item must never be
-    /// used again (its generations ran out): it then stays out of the vacant list.
-    fn vacate(&mut self, next: u32) -> bool;
-    /// Returns the generation of the item (0 for items that count none).
+    /// The link of a vacant item: its successor in its chunk's vacant list.
+    fn link(&mut self) -> &mut u32;
+    /// Returns the generation of the item (0 for items that count none). An item whose
+    /// generations ran out (`u32::MAX`) is retired: it never joins the vacant list again.
     fn generation(&self) -> u32 {
         0
     }
 }
 
 /// The bookkeeping of one chunk number (its chunk, if mapped, is in `Chunks::regions`).
+#[derive(Default)]
 struct Chunk {
     /// Offset of the first vacant item, or `NIL`.
     vacant: u32,
@@ -129,14 +81,14 @@ pub(crate) struct Chunks<T> {
     unused: Vec<u32>,
     /// A mapped chunk without live items, kept for the next ones (or `NIL`).
     empty: u32,
-    /// Chunks emptied under the lock, to be unmapped after it.
-    released: Vec<Region<T>>,
+    /// Chunks emptied under the lock, for the caller to unmap after it.
+    pub(crate) released: Vec<Region<T>>,
     live: usize,
 }
 
-impl<T: Item> Chunks<T> {
-    /// Creates empty storage: no chunk is mapped until an item is taken.
-    pub(crate) const fn new() -> Chunks<T> {
+impl<T> Default for Chunks<T> {
+    /// No chunk is mapped until an item is taken.
+    fn default() -> Chunks<T> {
         Chunks {
             regions: Vec::new(),
             chunks: Vec::new(),
@@ -147,7 +99,9 @@ impl<T: Item> Chunks<T> {
             live: 0,
         }
     }
+}
 
+impl<T: Item> Chunks<T> {
     /// Items per chunk.
     const PER_CHUNK: u32 = 1 << T::CHUNK_SHIFT;
     const MASK: u32 = Self::PER_CHUNK - 1;
@@ -164,41 +118,28 @@ impl<T: Item> Chunks<T> {
     /// Panics if its chunk is not mapped.
     #[inline]
     pub(crate) fn get(&self, index: u32) -> &T {
-        let chunk = self.regions[(index >> T::CHUNK_SHIFT) as usize]
-            .as_ref()
-            .expect("an item of an unmapped chunk");
-        &chunk[(index & Self::MASK) as usize]
+        self.try_get(index).expect("an item of an unmapped chunk")
     }
 
-    /// Returns the item at `index`, mutably.
-    ///
-    /// # Panics
-    ///
-    /// Panics if its chunk is not mapped.
+    /// Returns the item at `index`, mutably (see [`get`](Self::get)).
     #[inline]
     pub(crate) fn get_mut(&mut self, index: u32) -> &mut T {
-        let chunk = self.regions[(index >> T::CHUNK_SHIFT) as usize]
-            .as_mut()
-            .expect("an item of an unmapped chunk");
-        &mut chunk[(index & Self::MASK) as usize]
+        self.try_get_mut(index)
+            .expect("an item of an unmapped chunk")
     }
 
     /// Returns the item at `index` if its chunk is mapped.
     #[inline]
     pub(crate) fn try_get(&self, index: u32) -> Option<&T> {
         let chunk = self.regions.get((index >> T::CHUNK_SHIFT) as usize)?;
-        chunk
-            .as_ref()
-            .map(|items| &items[(index & Self::MASK) as usize])
+        Some(&chunk.as_ref()?[(index & Self::MASK) as usize])
     }
 
     /// Returns the item at `index` mutably, if its chunk is mapped.
     #[inline]
     pub(crate) fn try_get_mut(&mut self, index: u32) -> Option<&mut T> {
         let chunk = self.regions.get_mut((index >> T::CHUNK_SHIFT) as usize)?;
-        chunk
-            .as_mut()
-            .map(|items| &mut items[(index & Self::MASK) as usize])
+        Some(&mut chunk.as_mut()?[(index & Self::MASK) as usize])
     }
 
     /// True if no item can be taken: every chunk number is used and full, or retired.
@@ -209,7 +150,7 @@ impl<T: Item> Chunks<T> {
     /// Takes a vacant item and returns its index and the item, for the caller to fill.
     /// `None` if the storage is full.
     #[inline]
-    pub(crate) fn take(&mut self) -> Option<(u32, &mut T)> {
+    pub(crate) fn take_vacant(&mut self) -> Option<(u32, &mut T)> {
         let number = match self.partial.last() {
             Some(&number) => number,
             None => self.map_chunk()?,
@@ -220,7 +161,7 @@ impl<T: Item> Chunks<T> {
         let chunk = &mut self.chunks[number as usize];
         let offset = chunk.vacant;
         let item = &mut items[offset as usize];
-        chunk.vacant = item.next_vacant();
+        chunk.vacant = *item.link();
         chunk.live += 1;
         self.live += 1;
         if number == self.empty {
@@ -244,7 +185,9 @@ impl<T: Item> Chunks<T> {
             .expect("an item of an unmapped chunk");
         let chunk = &mut self.chunks[number as usize];
         let had_room = chunk.vacant != NIL;
-        if items[offset as usize].vacate(chunk.vacant) {
+        let item = &mut items[offset as usize];
+        *item.link() = chunk.vacant;
+        if item.generation() != u32::MAX {
             chunk.vacant = offset;
         }
         chunk.live -= 1;
@@ -268,13 +211,9 @@ impl<T: Item> Chunks<T> {
         let number = match self.unused.pop() {
             Some(number) => number,
             None if self.chunks.len() < T::MAX_CHUNKS => {
+                // `vacant` and `partial_at` are set below, with the chunk.
                 self.regions.push(None);
-                self.chunks.push(Chunk {
-                    vacant: NIL,
-                    live: 0,
-                    partial_at: NIL,
-                    generation: 0,
-                });
+                self.chunks.push(Chunk::default());
                 // Grown here, where chunks are added, so that giving chunks back never
                 // allocates.
                 let chunks = self.chunks.len();
@@ -284,17 +223,10 @@ impl<T: Item> Chunks<T> {
             }
             None => return None,
         };
-        let per_chunk = Self::PER_CHUNK;
         let generation = self.chunks[number as usize].generation;
-        let next = |offset: u32| {
-            if offset + 1 < per_chunk {
-                offset + 1
-            } else {
-                NIL
-            }
-        };
-        let items = Region::new(per_chunk as usize, |offset| {
-            T::vacant(next(offset as u32), generation)
+        let items = region(Self::PER_CHUNK as usize, |offset| {
+            let next = offset as u32 + 1;
+            T::vacant(if next < Self::PER_CHUNK { next } else { NIL }, generation)
         });
         self.regions[number as usize] = Some(items);
         let chunk = &mut self.chunks[number as usize];
@@ -304,17 +236,17 @@ impl<T: Item> Chunks<T> {
         Some(number)
     }
 
-    /// Takes the empty chunk of `number` away, remembering its highest generation.
+    /// Moves the chunk of `number` to `released`, remembering its highest generation.
     #[cold]
     fn unmap_chunk(&mut self, number: u32) {
         let chunk = &mut self.chunks[number as usize];
         let items = self.regions[number as usize]
             .take()
             .expect("unmapping an unmapped chunk");
-        let generation = items.iter().map(T::generation).max().unwrap_or(0);
-        chunk.generation = generation;
+        chunk.generation = items.iter().map(T::generation).max().unwrap_or(0);
         chunk.vacant = NIL;
-        if generation != u32::MAX {
+        chunk.live = 0;
+        if chunk.generation != u32::MAX {
             self.unused.push(number);
         }
         let at = std::mem::replace(&mut chunk.partial_at, NIL);
@@ -324,42 +256,23 @@ impl<T: Item> Chunks<T> {
         self.released.push(items);
     }
 
-    /// True if chunks wait to be unmapped.
-    pub(crate) fn has_released(&self) -> bool {
-        !self.released.is_empty()
-    }
-
-    /// Moves the chunks emptied since the last call into `out`, for the caller to drop
-    /// (unmap) once it holds no lock.
-    pub(crate) fn take_released(&mut self, out: &mut Vec<Region<T>>) {
-        out.append(&mut self.released);
-    }
-
-    /// Empties the storage: every chunk moves into `out`, items
-    /// included (the caller drops them with no lock held). Generations are kept.
+    /// Empties the storage: every chunk moves into `out`, items included, for the caller to
+    /// drop with no lock held. Generations are kept.
     pub(crate) fn clear(&mut self, out: &mut Vec<Region<T>>) {
-        out.append(&mut self.released);
-        self.empty = NIL;
-        self.partial.clear();
-        self.unused.clear();
-        for (number, chunk) in self.chunks.iter_mut().enumerate() {
-            if let Some(items) = self.regions[number].take() {
-                chunk.generation = items.iter().map(T::generation).max().unwrap_or(0);
-                out.push(items);
-            }
-            chunk.vacant = NIL;
-            chunk.live = 0;
-            chunk.partial_at = NIL;
-            if chunk.generation != u32::MAX {
-                self.unused.push(number as u32);
+        for number in 0..self.regions.len() {
+            if self.regions[number].is_some() {
+                self.unmap_chunk(number as u32);
             }
         }
+        self.empty = NIL;
         self.live = 0;
+        out.append(&mut self.released);
     }
 
     /// The bytes of every mapped chunk.
     pub(crate) fn mapped_bytes(&self) -> usize {
-        self.regions.iter().flatten().map(Region::bytes).sum()
+        let bytes = |region: &Region<T>| std::mem::size_of_val::<[T]>(region);
+        self.regions.iter().flatten().map(bytes).sum()
     }
 }
 
@@ -384,11 +297,10 @@ pub(crate) struct EntryKey {
     pub(crate) generation: u32,
 }
 
-/// One entry, or a vacant slot.
 /// Where an entry is listed: its block and its offset there, packed as `block << 8 |
 /// offset`; [`Loc::UNLISTED`] for an entry in no list; [`Loc::held`] for one in its
 /// shard's backlog.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loc(u32);
 
 /// The offset no block has that marks a held entry: its block bits are its place in the
@@ -428,64 +340,17 @@ impl Loc {
     pub(crate) fn offset(self) -> usize {
         (self.0 & 0xFF) as usize
     }
-
-    /// The packed form, as a slot stores it.
-    #[inline]
-    pub(crate) fn into_raw(self) -> u32 {
-        self.0
-    }
-
-    /// A `Loc` from its packed form.
-    #[inline]
-    pub(crate) fn from_raw(raw: u32) -> Loc {
-        Loc(raw)
-    }
 }
 
-impl fmt::Debug for Loc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if *self == Loc::UNLISTED {
-            f.write_str("Loc::UNLISTED")
-        } else if let Some(at) = self.held_at() {
-            write!(f, "Loc::held({at})")
-        } else {
-            write!(f, "Loc(block {}, offset {})", self.block(), self.offset())
-        }
-    }
-}
-
+/// One entry, or a vacant slot.
 pub(crate) struct Slot {
     /// `Some` while occupied.
     task: Option<Box<dyn TimerTask>>,
-    expiration_ms: i64,
+    pub(crate) expiration_ms: i64,
     /// The generation of the current (or, vacant, the last) occupant.
     generation: u32,
     /// Occupied: where the entry is listed. Vacant: the next vacant slot of its chunk.
-    link: u32,
-}
-
-impl Slot {
-    /// Returns the occupant's expiration.
-    pub(crate) fn expiration_ms(&self) -> i64 {
-        self.expiration_ms
-    }
-
-    /// Sets the occupant's expiration.
-    pub(crate) fn set_expiration_ms(&mut self, expiration_ms: i64) {
-        self.expiration_ms = expiration_ms;
-    }
-
-    /// Returns where the occupant is listed.
-    #[inline]
-    pub(crate) fn loc(&self) -> Loc {
-        Loc::from_raw(self.link)
-    }
-
-    /// Records where the occupant is listed.
-    #[inline]
-    pub(crate) fn set_loc(&mut self, loc: Loc) {
-        self.link = loc.into_raw();
-    }
+    pub(crate) loc: Loc,
 }
 
 impl Item for Slot {
@@ -496,18 +361,13 @@ impl Item for Slot {
             task: None,
             expiration_ms: 0,
             generation,
-            link: next,
+            loc: Loc(next),
         }
     }
 
-    fn next_vacant(&self) -> u32 {
-        self.link
-    }
-
-    fn vacate(&mut self, next: u32) -> bool {
-        debug_assert!(self.task.is_none());
-        self.link = next;
-        self.generation != u32::MAX
+    fn link(&mut self) -> &mut u32 {
+        debug_assert!(self.task.is_none(), "a vacant slot holds no task");
+        &mut self.loc.0
     }
 
     fn generation(&self) -> u32 {
@@ -516,23 +376,9 @@ impl Item for Slot {
 }
 
 /// The slots of one shard.
-pub(crate) struct Slots(Chunks<Slot>);
+pub(crate) type Slots = Chunks<Slot>;
 
 impl Slots {
-    pub(crate) fn new() -> Slots {
-        Slots(Chunks::new())
-    }
-
-    /// Returns the number of occupied slots.
-    pub(crate) fn len(&self) -> usize {
-        self.0.live()
-    }
-
-    /// True if no slot can be taken.
-    pub(crate) fn is_full(&self) -> bool {
-        self.0.is_full()
-    }
-
     /// Stores an occupant, listed where `list` puts it (given the slot's index), and returns
     /// its key; gives the task back if no slot can be had (the shard is full).
     #[inline]
@@ -542,14 +388,14 @@ impl Slots {
         expiration_ms: i64,
         list: impl FnOnce(u32) -> Loc,
     ) -> Result<EntryKey, Box<dyn TimerTask>> {
-        let Some((index, slot)) = self.0.take() else {
+        let Some((index, slot)) = self.take_vacant() else {
             return Err(task);
         };
-        // Never wraps: a slot at u32::MAX is retired (see `Item::vacate`).
+        // Never wraps: a slot at u32::MAX is retired (see `Item::generation`).
         slot.generation += 1;
         slot.task = Some(task);
         slot.expiration_ms = expiration_ms;
-        slot.link = list(index).into_raw();
+        slot.loc = list(index);
         Ok(EntryKey {
             index,
             generation: slot.generation,
@@ -559,146 +405,68 @@ impl Slots {
     /// True if `key` names the current occupant of its slot.
     #[inline]
     pub(crate) fn is_live(&self, key: EntryKey) -> bool {
-        self.0
-            .try_get(key.index)
+        self.try_get(key.index)
             .is_some_and(|slot| slot.task.is_some() && slot.generation == key.generation)
-    }
-
-    /// Returns the slot `index`.
-    #[inline]
-    pub(crate) fn get(&self, index: u32) -> &Slot {
-        self.0.get(index)
-    }
-
-    /// Returns the slot `index`, mutably.
-    #[inline]
-    pub(crate) fn get_mut(&mut self, index: u32) -> &mut Slot {
-        self.0.get_mut(index)
     }
 
     /// Empties the slot of `key`'s occupant, if it is still there, and returns its task and
     /// where it was listed (for the caller to take it out of the list).
     #[inline]
     pub(crate) fn take(&mut self, key: EntryKey) -> Option<(Box<dyn TimerTask>, Loc)> {
-        let slot = self.0.try_get_mut(key.index)?;
+        let slot = self.try_get_mut(key.index)?;
         if slot.generation != key.generation {
             return None;
         }
         let task = slot.task.take()?;
-        let loc = slot.loc();
-        self.0.give_back(key.index);
+        let loc = slot.loc;
+        self.give_back(key.index);
         Some((task, loc))
     }
 
     /// Empties the occupied slot `index` and returns its task and where it was listed.
     #[inline]
     pub(crate) fn vacate(&mut self, index: u32) -> (Box<dyn TimerTask>, Loc) {
-        let slot = self.0.get_mut(index);
+        let slot = self.get_mut(index);
         let task = slot.task.take().expect("vacating a vacant slot");
-        let loc = slot.loc();
-        self.0.give_back(index);
+        let loc = slot.loc;
+        self.give_back(index);
         (task, loc)
     }
-
-    /// The storage underneath, for releasing and clearing.
-    pub(crate) fn chunks(&mut self) -> &mut Chunks<Slot> {
-        &mut self.0
-    }
-
-    /// The bytes of the mapped chunks.
-    pub(crate) fn mapped_bytes(&self) -> usize {
-        self.0.mapped_bytes()
-    }
-
-    /// Returns the number of tasks in `chunks` (taken out of a shard by a clear).
-    pub(crate) fn count_tasks(chunks: &[Region<Slot>]) -> usize {
-        chunks
-            .iter()
-            .flat_map(|chunk| chunk.iter())
-            .filter(|slot| slot.task.is_some())
-            .count()
-    }
-
-    /// Takes the tasks out of `chunks`.
-    pub(crate) fn take_tasks(chunks: &mut [Region<Slot>]) -> Vec<Box<dyn TimerTask>> {
-        chunks
-            .iter_mut()
-            .flat_map(|chunk| chunk.iter_mut())
-            .filter_map(|slot| slot.task.take())
-            .collect()
-    }
 }
 
-/// `len` values of `T` in memory of their own.
-pub(crate) struct Region<T> {
+/// Takes the tasks out of `chunks` (taken out of a shard by a clear).
+pub(crate) fn take_tasks(chunks: &mut [Region<Slot>]) -> Vec<Box<dyn TimerTask>> {
+    chunks
+        .iter_mut()
+        .flat_map(|chunk| chunk.iter_mut())
+        .filter_map(|slot| slot.task.take())
+        .collect()
+}
+
+/// Fills a new [`Region`] of `len` values with `init(0)`, `init(1)`, ...
+fn region<T>(len: usize, init: impl FnMut(usize) -> T) -> Region<T> {
     #[cfg(unix)]
-    map: mapped::Mapping<T>,
+    return Region::new(len, init);
     #[cfg(not(unix))]
-    map: Box<[T]>,
+    return (0..len).map(init).collect();
 }
 
-impl<T> Region<T> {
-    /// Maps room for `len` values and fills it with `init(0)`, `init(1)`, ...
-    ///
-    /// If the operating system refuses the memory, this ends the process as a failed heap
-    /// allocation does ([`std::alloc::handle_alloc_error`]).
-    ///
-    /// # Panics
-    ///
-    /// Panics if `len` is 0, or if `T` is zero-sized or aligned to more than a page.
-    pub(crate) fn new(len: usize, init: impl FnMut(usize) -> T) -> Region<T> {
-        assert!(len > 0 && std::mem::size_of::<T>() > 0);
-        assert!(std::mem::align_of::<T>() <= 4096);
-        #[cfg(unix)]
-        let map = mapped::Mapping::new(len, init).unwrap_or_else(|| {
-            std::alloc::handle_alloc_error(
-                std::alloc::Layout::array::<T>(len).expect("a region's size fits usize"),
-            )
-        });
-        #[cfg(not(unix))]
-        let map = (0..len).map(init).collect();
-        Region { map }
-    }
-
-    /// The bytes this region takes from the operating system.
-    pub(crate) fn bytes(&self) -> usize {
-        std::mem::size_of_val::<[T]>(self)
-    }
-}
-
-impl<T> Deref for Region<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        #[cfg(unix)]
-        return self.map.as_slice();
-        #[cfg(not(unix))]
-        return &self.map;
-    }
-}
-
-impl<T> DerefMut for Region<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        #[cfg(unix)]
-        return self.map.as_mut_slice();
-        #[cfg(not(unix))]
-        return &mut self.map;
-    }
-}
-
-impl<T> fmt::Debug for Region<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region").field("len", &self.len()).finish()
-    }
-}
+/// Values of `T` in memory of their own: an anonymous private mapping on Unix, a boxed slice
+/// elsewhere.
+#[cfg(unix)]
+pub(crate) use mapped::Region;
+#[cfg(not(unix))]
+pub(crate) type Region<T> = Box<[T]>;
 
 #[cfg(unix)]
 #[allow(unsafe_code)]
 mod mapped {
+    use std::alloc::{Layout, handle_alloc_error};
     use std::marker::PhantomData;
     use std::ptr::NonNull;
 
     /// An anonymous private mapping holding `len` initialized `T`s.
-    pub(super) struct Mapping<T> {
+    pub(crate) struct Region<T> {
         ptr: NonNull<T>,
         /// Initialized values: all of them once `new` returned.
         len: usize,
@@ -708,12 +476,12 @@ mod mapped {
         _owns: PhantomData<T>,
     }
 
-    // SAFETY: a `Mapping<T>` owns its `T`s as a `Box<[T]>` would: it hands out `&T` only
+    // SAFETY: a `Region<T>` owns its `T`s as a `Box<[T]>` would: it hands out `&T` only
     // through `&self` and `&mut T` only through `&mut self`, so sending it to another thread
     // sends the `T`s (hence `T: Send`), and sharing it shares `&T`s (hence `T: Sync`).
-    unsafe impl<T: Send> Send for Mapping<T> {}
+    unsafe impl<T: Send> Send for Region<T> {}
     // SAFETY: as above.
-    unsafe impl<T: Sync> Sync for Mapping<T> {}
+    unsafe impl<T: Sync> Sync for Region<T> {}
 
     /// Every page of a mapping is written at once (`init`), so the kernel may as well map
     /// them all in the `mmap` call: one system call instead of a page fault per page.
@@ -722,32 +490,36 @@ mod mapped {
     #[cfg(not(target_os = "linux"))]
     const POPULATE: libc::c_int = 0;
 
-    impl<T> Mapping<T> {
-        /// Returns `None` if the size overflows or the operating system refuses.
-        pub(super) fn new(len: usize, mut init: impl FnMut(usize) -> T) -> Option<Mapping<T>> {
-            let bytes = len.checked_mul(std::mem::size_of::<T>())?;
+    impl<T> Region<T> {
+        /// Maps room for `len` values and fills it with `init(0)`, `init(1)`, ... If the
+        /// operating system refuses the memory, this ends the process as a failed heap
+        /// allocation does ([`handle_alloc_error`]).
+        ///
+        /// # Panics
+        ///
+        /// Panics if `len` is 0, or if `T` is zero-sized or aligned to more than a page.
+        pub(crate) fn new(len: usize, mut init: impl FnMut(usize) -> T) -> Region<T> {
+            let layout = Layout::array::<T>(len).expect("a region's size fits usize");
+            assert!(layout.size() > 0 && layout.align() <= 4096);
             // SAFETY: an anonymous private mapping at an address of the kernel's choosing
             // touches no existing memory; the arguments are valid for `mmap(2)` (no file,
             // offset 0). The result is checked before use.
             let addr = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
-                    bytes,
+                    layout.size(),
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_PRIVATE | libc::MAP_ANON | POPULATE,
                     -1,
                     0,
                 )
             };
-            if addr == libc::MAP_FAILED {
-                return None;
-            }
-            // Page-aligned (checked against `T`'s alignment by `Region::new`) and not null.
-            let ptr = NonNull::new(addr.cast::<T>())?;
-            let mut mapping = Mapping {
-                ptr,
+            // Page-aligned (checked against `T`'s alignment above) and not null.
+            let ptr = NonNull::new(addr.cast::<T>()).filter(|_| addr != libc::MAP_FAILED);
+            let mut region = Region {
+                ptr: ptr.unwrap_or_else(|| handle_alloc_error(layout)),
                 len: 0,
-                bytes,
+                bytes: layout.size(),
                 _owns: PhantomData,
             };
             for i in 0..len {
@@ -756,26 +528,31 @@ mod mapped {
                 // `T` and writable; it is uninitialized, so nothing is overwritten without
                 // being dropped. `len` counts the initialized prefix, so if `init` panics,
                 // `drop` drops exactly the values written so far and unmaps.
-                unsafe { mapping.ptr.as_ptr().add(i).write(value) };
-                mapping.len = i + 1;
+                unsafe { region.ptr.as_ptr().add(i).write(value) };
+                region.len = i + 1;
             }
-            Some(mapping)
+            region
         }
+    }
 
-        pub(super) fn as_slice(&self) -> &[T] {
+    impl<T> std::ops::Deref for Region<T> {
+        type Target = [T];
+        fn deref(&self) -> &[T] {
             // SAFETY: the first `len` values are initialized, aligned and owned by `self`;
             // the shared borrow of `self` keeps them from being changed or freed meanwhile.
             unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
         }
+    }
 
-        pub(super) fn as_mut_slice(&mut self) -> &mut [T] {
-            // SAFETY: as in `as_slice`, and the exclusive borrow of `self` makes this the
-            // only reference to them.
+    impl<T> std::ops::DerefMut for Region<T> {
+        fn deref_mut(&mut self) -> &mut [T] {
+            // SAFETY: as in `deref`, and the exclusive borrow of `self` makes this the only
+            // reference to them.
             unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
         }
     }
 
-    impl<T> Drop for Mapping<T> {
+    impl<T> Drop for Region<T> {
         fn drop(&mut self) {
             // SAFETY: the first `len` values are initialized and owned by `self`, and nothing
             // refers to them any more (`&mut self`); each is dropped once.
@@ -795,6 +572,11 @@ mod mapped {
 
 /// Asks the processor to bring the memory `value` starts at into its caches, if the target
 /// can be asked (x86-64); nothing otherwise. Never reads `value` itself.
+///
+/// The first read of a task's box on the executor, and of a slot in a flush, is likely a
+/// cache miss; asking ahead lets the misses overlap ("The prefetch" in
+/// `docs/performance.md`). Safe code could reach a `dyn TimerTask`'s memory only by calling
+/// into it.
 #[inline]
 pub(crate) fn prefetch<T: ?Sized>(value: &T) {
     #[cfg(target_arch = "x86_64")]
@@ -815,6 +597,8 @@ pub(crate) fn prefetch<T: ?Sized>(value: &T) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A test item: its vacant link and a generation, retired at `u32::MAX`, in chunks of
     /// `2^SHIFT`, at most `MAX` of them.
@@ -830,12 +614,8 @@ mod tests {
         fn vacant(next: u32, generation: u32) -> Self {
             Cell { next, generation }
         }
-        fn next_vacant(&self) -> u32 {
-            self.next
-        }
-        fn vacate(&mut self, next: u32) -> bool {
-            self.next = next;
-            self.generation != u32::MAX
+        fn link(&mut self) -> &mut u32 {
+            &mut self.next
         }
         fn generation(&self) -> u32 {
             self.generation
@@ -844,9 +624,9 @@ mod tests {
 
     #[test]
     fn chunks_are_mapped_on_demand_and_unmapped_when_empty() {
-        let mut chunks: Chunks<Cell<4, 1_000>> = Chunks::new();
+        let mut chunks: Chunks<Cell<4, 1_000>> = Chunks::default();
         assert_eq!(chunks.mapped_bytes(), 0);
-        let taken: Vec<u32> = (0..40).map(|_| chunks.take().unwrap().0).collect();
+        let taken: Vec<u32> = (0..40).map(|_| chunks.take_vacant().unwrap().0).collect();
         assert_eq!(chunks.live(), 40);
         let mapped = |c: &Chunks<Cell<4, 1_000>>| c.regions.iter().flatten().count();
         assert_eq!(mapped(&chunks), 3, "16 items per chunk");
@@ -854,20 +634,16 @@ mod tests {
             chunks.give_back(index);
         }
         assert_eq!(mapped(&chunks), 2, "one emptied chunk stays mapped");
-        assert!(chunks.has_released());
-        let mut released = Vec::new();
-        chunks.take_released(&mut released);
-        assert_eq!(released.len(), 1);
-        assert!(!chunks.has_released());
+        assert_eq!(std::mem::take(&mut chunks.released).len(), 1);
         // Taking and giving back at the edge maps and unmaps nothing.
         for _ in 0..100 {
-            let index = chunks.take().unwrap().0;
+            let index = chunks.take_vacant().unwrap().0;
             chunks.give_back(index);
-            assert!(!chunks.has_released());
+            assert!(chunks.released.is_empty());
             assert_eq!(mapped(&chunks), 2);
         }
         // Indices stay unique among live items.
-        let again: Vec<u32> = (0..32).map(|_| chunks.take().unwrap().0).collect();
+        let again: Vec<u32> = (0..32).map(|_| chunks.take_vacant().unwrap().0).collect();
         let mut all: Vec<u32> = again.iter().chain(&taken[32..]).copied().collect();
         all.sort_unstable();
         all.dedup();
@@ -877,12 +653,12 @@ mod tests {
 
     #[test]
     fn a_retired_item_is_not_reused_and_a_retired_number_is_not_remapped() {
-        let mut chunks: Chunks<Cell<1, 10>> = Chunks::new();
-        let a = chunks.take().unwrap().0;
-        let b = chunks.take().unwrap().0;
+        let mut chunks: Chunks<Cell<1, 10>> = Chunks::default();
+        let a = chunks.take_vacant().unwrap().0;
+        let b = chunks.take_vacant().unwrap().0;
         chunks.get_mut(a).generation = u32::MAX;
         chunks.give_back(a);
-        let c = chunks.take().unwrap().0;
+        let c = chunks.take_vacant().unwrap().0;
         assert_ne!(
             c >> 1,
             a >> 1,
@@ -896,25 +672,25 @@ mod tests {
 
     #[test]
     fn full_when_every_chunk_number_is_used() {
-        let mut chunks: Chunks<Cell<1, 2>> = Chunks::new();
+        let mut chunks: Chunks<Cell<1, 2>> = Chunks::default();
         for _ in 0..4 {
             assert!(!chunks.is_full());
-            chunks.take().unwrap();
+            chunks.take_vacant().unwrap();
         }
         assert!(chunks.is_full());
-        assert!(chunks.take().is_none());
+        assert!(chunks.take_vacant().is_none());
     }
 
     #[test]
     fn clear_hands_back_every_chunk_and_keeps_generations() {
-        let mut chunks: Chunks<Cell<2, 10>> = Chunks::new();
-        let taken: Vec<u32> = (0..6).map(|_| chunks.take().unwrap().0).collect();
+        let mut chunks: Chunks<Cell<2, 10>> = Chunks::default();
+        let taken: Vec<u32> = (0..6).map(|_| chunks.take_vacant().unwrap().0).collect();
         chunks.get_mut(taken[5]).generation = 9;
         let mut out = Vec::new();
         chunks.clear(&mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(chunks.live(), 0);
-        let index = chunks.take().unwrap().0;
+        let index = chunks.take_vacant().unwrap().0;
         let chunk = (index >> 2) as usize;
         let base = chunks.chunks[chunk].generation;
         assert!(chunks.get(index).generation >= base);
@@ -924,11 +700,6 @@ mod tests {
             "the highest generation of a cleared chunk is kept"
         );
     }
-}
-
-#[cfg(test)]
-mod slots_tests {
-    use super::*;
 
     fn insert(slots: &mut Slots, expiration_ms: i64) -> EntryKey {
         slots
@@ -946,7 +717,7 @@ mod slots_tests {
 
     #[test]
     fn stale_keys_never_reach_a_new_occupant() {
-        let mut slots = Slots::new();
+        let mut slots = Slots::default();
         let keep = insert(&mut slots, 1);
         let old = insert(&mut slots, 1);
         drop(slots.take(old));
@@ -954,12 +725,12 @@ mod slots_tests {
         assert_eq!(new.index, old.index, "the slot is reused");
         assert_ne!(new.generation, old.generation);
         assert!(!slots.is_live(old) && slots.is_live(new) && slots.is_live(keep));
-        assert_eq!(slots.len(), 2);
+        assert_eq!(slots.live(), 2);
     }
 
     #[test]
     fn a_remapped_chunk_number_never_repeats_a_generation() {
-        let mut slots = Slots::new();
+        let mut slots = Slots::default();
         let per_chunk = 1usize << CHUNK_SHIFT;
         let first: Vec<EntryKey> = (0..2 * per_chunk)
             .map(|i| insert(&mut slots, i as i64))
@@ -967,10 +738,8 @@ mod slots_tests {
         for key in &first {
             drop(slots.take(*key));
         }
-        let mut released = Vec::new();
-        slots.chunks().take_released(&mut released);
         assert_eq!(
-            released.len(),
+            std::mem::take(&mut slots.released).len(),
             1,
             "one chunk unmapped, one kept as the spare"
         );
@@ -980,13 +749,6 @@ mod slots_tests {
         assert!(first.iter().all(|key| !slots.is_live(*key)));
         assert!(again.iter().all(|key| slots.is_live(*key)));
     }
-}
-
-#[cfg(test)]
-mod region_tests {
-    use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Counts its drops.
     struct Counted(Arc<AtomicUsize>, u64);
@@ -999,12 +761,12 @@ mod region_tests {
     #[test]
     fn a_region_holds_initialized_values_and_drops_each_once() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let mut region = Region::new(10_000, |i| Counted(Arc::clone(&drops), i as u64));
+        let mut region = region(10_000, |i| Counted(Arc::clone(&drops), i as u64));
         assert_eq!(region.len(), 10_000);
         assert!(region.iter().enumerate().all(|(i, c)| c.1 == i as u64));
         region[7].1 = 70;
         assert_eq!(region[7].1, 70);
-        assert_eq!(region.bytes(), 10_000 * std::mem::size_of::<Counted>());
+        assert_eq!(size_of_val(&*region), 10_000 * size_of::<Counted>());
         // Sent to another thread and dropped there.
         std::thread::spawn(move || drop(region)).join().unwrap();
         assert_eq!(drops.load(Ordering::SeqCst), 10_000);
@@ -1014,7 +776,7 @@ mod region_tests {
     fn a_panicking_initializer_drops_what_it_made() {
         let drops = Arc::new(AtomicUsize::new(0));
         let result = std::panic::catch_unwind(|| {
-            Region::new(100, |i| {
+            region(100, |i| {
                 assert!(i < 40, "init fails at 40");
                 Counted(Arc::clone(&drops), i as u64)
             })
@@ -1032,7 +794,7 @@ mod region_tests {
             pages * 4096
         }
         let before = rss_bytes();
-        let region = Region::new(16 << 20, |i| i as u8);
+        let region = region(16 << 20, |i| i as u8);
         let held = rss_bytes();
         drop(region);
         let after = rss_bytes();
@@ -1040,11 +802,6 @@ mod region_tests {
         assert!(held >= before + (12 << 20), "{before} -> {held}");
         assert!(after + (12 << 20) <= held, "{held} -> {after}");
     }
-}
-
-#[cfg(test)]
-mod prefetch_tests {
-    use super::*;
 
     #[test]
     fn prefetching_leaves_every_value_as_it_was() {

@@ -1,46 +1,31 @@
-//! One shard's backlog (see `system_timer::backlog`): its held entries, a binary heap by
-//! expiration, then by the order they came due, so a refill takes the oldest first.
+//! One shard's backlog (see `system_timer::backlog`): the due entries `max_in_flight` holds
+//! back, in a binary heap by expiration, then by the order they came due, so a refill takes
+//! the oldest first. Part of a shard's state, guarded by its lock.
 //!
 //! A held entry's [`Loc`] is its place in the heap ([`Loc::held`]), rewritten as the heap
 //! moves it: a cancel takes it out in O(log n), and the heap holds nothing but live entries,
 //! so its memory follows them (it gives back half once under a quarter is used).
-//!
-//! # Ground rules
-//!
-//! Part of a shard's state, guarded by the shard's lock (see `crate::lock_order`).
 
-use super::chunks::Loc;
-use super::chunks::Slots;
+use super::chunks::{Loc, Slots};
 
-/// A held entry: its slot, and its place in the order.
-#[derive(Clone, Copy)]
+/// A held entry: its place in the order (its fields' order), and its slot.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Held {
     expiration_ms: i64,
-    /// Its place among held entries of the same expiration: the order they came due.
+    /// Its place among held entries of the same expiration: the order they came due
+    /// (unique, so `index` never decides).
     seq: u64,
     index: u32,
 }
 
-impl Held {
-    fn key(&self) -> (i64, u64) {
-        (self.expiration_ms, self.seq)
-    }
-}
-
 /// The held entries of one shard, oldest expiration at the root.
+#[derive(Default)]
 pub(crate) struct HeldQueue {
     heap: Vec<Held>,
     next_seq: u64,
 }
 
 impl HeldQueue {
-    pub(crate) const fn new() -> HeldQueue {
-        HeldQueue {
-            heap: Vec::new(),
-            next_seq: 0,
-        }
-    }
-
     /// Returns the number of held entries.
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
@@ -53,7 +38,7 @@ impl HeldQueue {
 
     /// Holds the entry in slot `index`, after those of its expiration held before it.
     pub(crate) fn push(&mut self, slots: &mut Slots, index: u32) {
-        let expiration_ms = slots.get(index).expiration_ms();
+        let expiration_ms = slots.get(index).expiration_ms;
         self.heap.push(Held {
             expiration_ms,
             seq: self.next_seq,
@@ -82,16 +67,11 @@ impl HeldQueue {
         removed
     }
 
-    /// Empties the backlog (the caller clears the slots).
-    pub(crate) fn clear(&mut self) {
-        self.heap = Vec::new();
-    }
-
     /// Puts the entry at `at` in its place, given `at` is between its parent and its
     /// children; returns the place.
     fn place(&mut self, slots: &mut Slots, at: usize, held: Held) -> usize {
         self.heap[at] = held;
-        slots.get_mut(held.index).set_loc(Loc::held(at));
+        slots.get_mut(held.index).loc = Loc::held(at);
         at
     }
 
@@ -100,7 +80,7 @@ impl HeldQueue {
         let held = self.heap[at];
         while at > 0 {
             let parent = (at - 1) / 2;
-            if self.heap[parent].key() <= held.key() {
+            if self.heap[parent] <= held {
                 break;
             }
             self.place(slots, at, self.heap[parent]);
@@ -118,10 +98,10 @@ impl HeldQueue {
                 break;
             };
             let child = match self.heap.get(left + 1) {
-                Some(right) if right.key() < first.key() => left + 1,
+                Some(right) if right < first => left + 1,
                 _ => left,
             };
-            if held.key() <= self.heap[child].key() {
+            if held <= self.heap[child] {
                 break;
             }
             self.place(slots, at, self.heap[child]);
@@ -138,7 +118,7 @@ mod tests {
 
     #[test]
     fn entries_leave_by_expiration_then_arrival_and_every_loc_stays_right() {
-        let (mut slots, mut held) = (Slots::new(), HeldQueue::new());
+        let (mut slots, mut held) = (Slots::default(), HeldQueue::default());
         // What the queue should hold: (expiration, arrival, slot).
         let mut model = BTreeSet::new();
         let mut x = 0x9E37_79B9u32;
@@ -162,7 +142,7 @@ mod tests {
             if next() % 3 == 0 {
                 // A cancel, anywhere.
                 let &entry = model.iter().nth(next() as usize % model.len()).unwrap();
-                let at = slots.get(entry.2).loc().held_at().unwrap();
+                let at = slots.get(entry.2).loc.held_at().unwrap();
                 assert_eq!(held.remove(&mut slots, at), entry.2);
                 model.remove(&entry);
                 drop(slots.vacate(entry.2));
@@ -175,7 +155,7 @@ mod tests {
             }
         }
         for &(_, _, index) in &model {
-            let at = slots.get(index).loc().held_at().unwrap();
+            let at = slots.get(index).loc.held_at().unwrap();
             assert_eq!(held.heap[at].index, index);
         }
         while let Some((_, _, index)) = model.pop_first() {

@@ -266,13 +266,9 @@ impl SystemTimer {
     /// );
     /// ```
     pub fn stats(&self) -> TimerStats {
-        let counts = self.timing_wheel.shards().counts();
         TimerStats {
-            added: counts.added,
-            expired: counts.expired,
-            cancelled: counts.cancelled,
-            refused: counts.refused,
             pending: self.size() as u64,
+            ..self.timing_wheel.shards().counts()
         }
     }
 
@@ -700,7 +696,7 @@ impl Timer for SystemTimer {
             // A bounded timer keeps the count exactly, one shared counter: never a moment
             // above the bound (but for due tasks held), as a sum of the shards' could be.
             Some((_, pending)) => pending.load(Ordering::Acquire),
-            None => self.timing_wheel.shards().counts().pending() as usize,
+            None => self.timing_wheel.shards().counts().pending as usize,
         }
     }
 
