@@ -288,7 +288,7 @@ impl Timer for MockTimer {
             task.run();
             return true;
         }
-        if state.reschedule(key, expiration_ms).is_none() {
+        if state.reschedule(key, expiration_ms, false).is_none() {
             return false;
         }
         entry.set_expiration(&mut state, expiration_ms);

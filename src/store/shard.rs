@@ -65,6 +65,8 @@ pub(crate) enum Count {
     /// Dropped or handed back by `close` and `stop`.
     Cleared,
     Added,
+    /// Moved on by a flush to another list rather than expired: see `SystemTimer::cascades`.
+    Cascaded,
 }
 
 /// A count that all the shards of a timer keep together, if the timer has one.
@@ -209,20 +211,35 @@ impl ShardState {
         task
     }
 
-    /// Moves the occupant named by `key`, if it is still there, out of its list and gives it
-    /// `expiration_ms`: returns it, unlisted, for the caller to add to the wheel again.
-    pub(crate) fn reschedule(&mut self, key: EntryKey, expiration_ms: i64) -> Option<Entry> {
+    /// Gives the occupant named by `key`, if it is still there (`None` otherwise),
+    /// `expiration_ms`. If it `may_stay`, sits in a wheel's list and its deadline only moves
+    /// later, it stays there (`Some(None)`): its list comes due no later than before, and
+    /// the flush re-places it by its own expiration. Otherwise it leaves its list or the
+    /// backlog and comes back, unlisted, for the caller to add to the wheel again.
+    #[inline]
+    pub(crate) fn reschedule(
+        &mut self,
+        key: EntryKey,
+        expiration_ms: i64,
+        may_stay: bool,
+    ) -> Option<Option<Entry>> {
         if !self.slots.is_live(key) {
             return None;
         }
         let slot = self.slots.get_mut(key.index);
+        let listed = slot.loc != Loc::UNLISTED && slot.loc.held_at().is_none();
+        let stays = may_stay && listed && expiration_ms >= slot.expiration_ms;
         slot.expiration_ms = expiration_ms;
+        if stays {
+            return Some(None);
+        }
         let loc = std::mem::replace(&mut slot.loc, Loc::UNLISTED);
         self.unlist(loc);
-        Some(Entry {
-            index: key.index,
+        let index = key.index;
+        Some(Some(Entry {
+            index,
             expiration_ms,
-        })
+        }))
     }
 
     /// Takes the entry listed at `loc` out of its list or the backlog (nothing for
@@ -322,7 +339,7 @@ pub(crate) struct Shard {
     state: Mutex<ShardState>,
     /// By [`Count`]: written under `state`'s lock (a load and a store, not a locked
     /// read-modify-write), read without it.
-    counts: [AtomicU64; 5],
+    counts: [AtomicU64; 6],
     /// `ShardState::oldest_held_ms`, published at each unlock (`i64::MAX`: none held).
     oldest_held_ms: AtomicI64,
     /// The set of shards this one is in (its number, 0 while pooled) and its place there,
@@ -750,13 +767,13 @@ impl Shards {
     /// cancelled nor cleared. Without locking: while other threads hold the locks, it may
     /// lag by a moment (`Added` is read last, so an entry that left never counts as pending).
     pub(crate) fn counts(&self) -> TimerStats {
-        let mut sums = [0; 5];
+        let mut sums = [0; 6];
         for shard in self.iter() {
             for (sum, counter) in sums.iter_mut().zip(&shard.counts) {
                 *sum += counter.load(Ordering::Acquire);
             }
         }
-        let [expired, cancelled, refused, cleared, added] = sums; // `Count`'s order
+        let [expired, cancelled, refused, cleared, added, _] = sums; // `Count`'s order
         TimerStats {
             added,
             expired,
@@ -764,6 +781,12 @@ impl Shards {
             refused,
             pending: added.saturating_sub(expired + cancelled + cleared),
         }
+    }
+
+    /// Returns the sum of one count over the shards, without locking.
+    pub(crate) fn count(&self, count: Count) -> u64 {
+        let count = |shard: &&Shard| shard.counts[count as usize].load(Ordering::Acquire);
+        self.iter().map(count).sum()
     }
 
     /// Returns the bytes mapped for the entries of all shards (each locked in turn).

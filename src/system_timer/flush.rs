@@ -188,9 +188,11 @@ impl Flusher {
             }
             let wheel = read.value();
             let id = flush.list.id();
-            count += read.shard().flush(id, self.chunk - count, |shard, entry| {
+            let flushed = read.shard().flush(id, self.chunk - count, |shard, entry| {
                 add_timer_task_entry(wheel, shard, entry, &mut expiring);
             });
+            read.count(Count::Cascaded, (flushed - expiring.len()) as u64);
+            count += flushed;
             expiring.finish(parts.executor, read);
             if count == self.chunk {
                 return Some((count, false));
@@ -302,10 +304,10 @@ impl Expiring {
         }
     }
 
-    /// True if an entry came due.
+    /// Returns how many entries came due.
     #[inline]
-    pub(super) fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.held == 0
+    pub(super) fn len(&self) -> usize {
+        self.batch.len() + self.held
     }
 
     /// Hands the batch to the executor and unlocks `read`, the shard the entries came from:
@@ -515,6 +517,47 @@ mod tests {
         while timer.advance_clock(0) {}
         assert!(!timer.flusher.has_unfinished());
         assert_eq!(timer.next_expiration_ms(), Some(start + 45));
+    }
+
+    /// The earliest expiration of list `id` over the timer's shards.
+    fn list_min(timer: &SystemTimer, id: u32) -> Option<i64> {
+        let stripes = timer.timing_wheel.stripes();
+        let reads =
+            (0..stripes).map(|stripe| timer.timing_wheel.read(stripe).shard().min_expiration(id));
+        reads.flatten().min()
+    }
+
+    /// A reschedule to a later deadline stores it in the slot and leaves the entry in its
+    /// list; the list's flush moves it on, once, by its own expiration. An earlier deadline
+    /// moves it at once.
+    #[test]
+    fn a_later_deadline_leaves_the_entry_in_its_list_until_the_list_comes_due() {
+        let time = MockTime::new();
+        let timer = SystemTimer::builder("lazy").time(time.clone()).build();
+        let now = time.hi_res_clock_ms();
+        let id_of = |expiration_ms| {
+            let read = timer.timing_wheel.read(0);
+            read.value().place(expiration_ms).unwrap().list.id()
+        };
+        let (first, later) = (id_of(now + 10), id_of(now + 15_000));
+        let entry = timer.add(timer_task(10, || {}));
+        for delay in [100, 5_000, 15_000] {
+            assert!(timer.reschedule(&entry, delay));
+            assert_eq!(
+                list_min(&timer, first),
+                Some(now + delay),
+                "still in its first list"
+            );
+        }
+        assert_eq!(list_min(&timer, later), None);
+        time.sleep(10);
+        assert!(timer.advance_clock(0), "its first list came due");
+        assert_eq!(list_min(&timer, first), None);
+        assert_eq!(timer.cascades(), 1, "moved on once");
+        assert_eq!(timer.next_expiration_ms(), Some(now + 15_000));
+        assert!(timer.reschedule(&entry, 1), "earlier: moved at once");
+        assert_eq!(timer.next_expiration_ms(), Some(now + 11));
+        assert_eq!(timer.cascades(), 1, "a move is not a flush's");
     }
 
     /// Cases per run: 64, or `PROPTEST_CASES`.

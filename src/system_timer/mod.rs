@@ -370,6 +370,33 @@ impl SystemTimer {
         earliest
     }
 
+    /// Returns how many times its flushes moved an entry on to another list instead of
+    /// expiring it, since the timer was built: down a level of the wheel, or on to a later
+    /// list after a [`reschedule`](Timer::reschedule) pushed its deadline back. (A
+    /// reschedule to a later deadline leaves the entry where it is, and its list's flush
+    /// re-places it: at most once per list it passes, however often it is pushed back.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::{timer_task, MockTime, SystemTimer, Timer};
+    ///
+    /// let time = MockTime::new();
+    /// let timer = SystemTimer::builder("heartbeats").time(time.clone()).build();
+    /// let session = timer.add(timer_task(10, || {}));
+    /// for _ in 0..100 {
+    ///     time.sleep(1);
+    ///     assert!(timer.reschedule(&session, 10)); // a heartbeat pushes the deadline back
+    ///     timer.advance_clock(0);
+    /// }
+    /// assert_eq!(timer.size(), 1, "never expired");
+    /// // Moved on each time its list came due, about every 10 ms, not at every heartbeat.
+    /// assert!(timer.cascades() <= 10, "{}", timer.cascades());
+    /// ```
+    pub fn cascades(&self) -> u64 {
+        self.timing_wheel.shards().count(Count::Cascaded)
+    }
+
     /// Returns the bytes of memory the timer holds for its pending entries: their slots
     /// and their places in the wheel's lists, not the tasks themselves (each task is the
     /// caller's `Box`).
@@ -651,17 +678,23 @@ impl Timer for SystemTimer {
         }
         let timing_wheel = read.value();
         let state = read.shard();
-        let Some(moved) = state.reschedule(key, expiration_ms) else {
+        // A later deadline is a store: the entry stays in its list, whose flush re-places it
+        // by its own expiration. A due one goes to the executor inside the call.
+        let due = due_at_once(delay_ms);
+        let Some(moved) = state.reschedule(key, expiration_ms, !due) else {
             return false;
         };
+        entry.set_expiration(state, expiration_ms);
+        let Some(moved) = moved else {
+            return true;
+        };
         let mut expiring = Expiring::unbatched(&self.executor);
-        if due_at_once(delay_ms) {
+        if due {
             expiring.expire(state, moved);
         } else {
             add_timer_task_entry(timing_wheel, state, moved, &mut expiring);
         }
-        entry.set_expiration(state, expiration_ms);
-        if !expiring.is_empty() {
+        if expiring.len() > 0 {
             expiring.finish(&self.executor, read);
         }
         true

@@ -538,13 +538,18 @@ fn cancel_from_pool(
     }
 }
 
-/// Runs the movers, a canceller and a driver on a real-clock `SystemTimer`; if `close_at`,
-/// closes the timer once that many tasks ran. Returns the ledger, the bounds and the runs
-/// counted right after `close` returned.
-fn race(close_at: Option<usize>) -> (Arc<Ledger>, Arc<Bounds>, Option<usize>) {
-    let timer = SystemTimer::builder("resched-stress")
-        .executor_threads(2)
-        .build();
+/// Runs the movers, a canceller and a driver on a real-clock `SystemTimer` (with
+/// `max_in_flight` if given); if `close_at`, closes the timer once that many tasks ran.
+/// Returns the ledger, the bounds and the runs counted right after `close` returned.
+fn race(
+    close_at: Option<usize>,
+    max_in_flight: Option<usize>,
+) -> (Arc<Ledger>, Arc<Bounds>, Option<usize>) {
+    let mut builder = SystemTimer::builder("resched-stress").executor_threads(2);
+    if let Some(max) = max_in_flight {
+        builder = builder.max_in_flight(max);
+    }
+    let timer = builder.build();
     let tasks = MOVERS * PER_MOVER;
     let ledger = Ledger::new(tasks);
     let bounds = Bounds::new(tasks);
@@ -587,18 +592,20 @@ fn race(close_at: Option<usize>) -> (Arc<Ledger>, Arc<Bounds>, Option<usize>) {
 
 #[test]
 fn reschedules_racing_expiry_cancels_and_a_driver_are_exactly_once_and_never_early() {
-    let (ledger, bounds, _) = race(None);
-    let (ran, cancelled) = ledger.assert_exactly_once();
-    assert!(
-        ran > 1_000 && cancelled > 100,
-        "both outcomes: ran {ran}, cancelled {cancelled}"
-    );
-    bounds.assert_never_early(&ledger);
+    for max_in_flight in [None, Some(2)] {
+        let (ledger, bounds, _) = race(None, max_in_flight);
+        let (ran, cancelled) = ledger.assert_exactly_once();
+        assert!(
+            ran > 1_000 && cancelled > 100,
+            "both outcomes ({max_in_flight:?} in flight): ran {ran}, cancelled {cancelled}"
+        );
+        bounds.assert_never_early(&ledger);
+    }
 }
 
 #[test]
 fn close_racing_reschedules_and_cancels_ends_every_task_one_way_and_runs_nothing_after() {
-    let (ledger, bounds, runs_at_close) = race(Some(5_000));
+    let (ledger, bounds, runs_at_close) = race(Some(5_000), None);
     for id in 0..ledger.len() {
         let (runs, cancels, drops) = (ledger.runs(id), ledger.cancels(id), ledger.drops(id));
         assert!(

@@ -207,7 +207,10 @@ fn purgatories_on_one_shared_reaper_expire_complete_and_purge_without_a_thread_o
     };
     let (produce, fetch) = (purgatory("Produce"), purgatory("Fetch"));
     assert_eq!(reaper.timers(), 2);
-    assert!(produce.system_timer().is_some(), "its own timer, on the shared reaper");
+    assert!(
+        produce.system_timer().is_some(),
+        "its own timer, on the shared reaper"
+    );
     // Expiry: driven by the shared thread.
     let expiring = Probe::delayed(5);
     assert!(!produce.try_complete_else_watch(&expiring, &[1]));
@@ -221,13 +224,21 @@ fn purgatories_on_one_shared_reaper_expire_complete_and_purge_without_a_thread_o
         op.force_complete();
     }
     assert_eq!(fetch.num_delayed(), 0, "completing cancelled the timeouts");
-    assert_eq!(fetch.watched(), 10, "completed, still in the lists of keys 7 and 8");
+    assert_eq!(
+        fetch.watched(),
+        10,
+        "completed, still in the lists of keys 7 and 8"
+    );
     thread::sleep(Duration::from_millis(5));
     let later = Probe::delayed(60_000);
     assert!(!fetch.try_complete_else_watch(&later, &[9]));
     assert_eq!(fetch.watched(), 1, "the watch purged the completed entries");
     fetch.shutdown();
-    assert_eq!(reaper.timers(), 1, "the other purgatory's timer is still driven");
+    assert_eq!(
+        reaper.timers(),
+        1,
+        "the other purgatory's timer is still driven"
+    );
     reaper.close();
     assert!(produce.system_timer().unwrap().is_closed());
 }
@@ -241,7 +252,10 @@ fn a_purgatory_given_both_a_timer_and_a_shared_reaper_panics_naming_both() {
             .shared_reaper(&reaper)
             .build()
     });
-    assert!(message.contains("`.timer(..)` and `.shared_reaper(..)`"), "{message}");
+    assert!(
+        message.contains("`.timer(..)` and `.shared_reaper(..)`"),
+        "{message}"
+    );
     assert_eq!(location.as_deref(), Some(file!()), "reported at the caller");
     reaper.close();
 }
