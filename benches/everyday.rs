@@ -119,8 +119,8 @@ impl<T: baselines::BenchTimer> Peer for Shared<T> {
 const OPS: [&str; 5] = [
     "`add`: N more adds, every handle kept (the population grows to 2 N)",
     "`add_cancel`: add + cancel pairs",
-    "`reschedule`: the next pending timer in key order (their adds') moved to a new delay",
-    "`reschedule_random`: the same in one fixed random order of the handles, every peer's",
+    "`reschedule`: the next pending timer in key order (their adds') pushed back to 120 s",
+    "`reschedule_random`: pushed back to 150 s, in one fixed random order, every peer's",
     "`cancel_add`: a pending timer cancelled and a new one added in its place, in key order",
 ];
 
@@ -147,13 +147,14 @@ fn run<P: Peer>(peer: &mut P, n: usize) -> Vec<f64> {
         black_box(peer.cancel(handle));
     });
     let shuffle = shuffled(n, SEED);
-    let mut moves = |order: &dyn Fn(usize) -> usize| match P::MOVES {
+    // A heartbeat: each move pushes its deadline back (120 s, then 150 s, past every delay).
+    let mut moves = |order: &dyn Fn(usize) -> usize, delay_ms: u64| match P::MOVES {
         false => f64::NAN,
         true => chunked(&mut *peer, |peer, k| {
-            peer.reschedule(&mut pending[order(k % n)], delay(&mut rng));
+            peer.reschedule(&mut pending[order(k % n)], delay_ms);
         }),
     };
-    let (in_order, random) = (moves(&|i| i), moves(&|i| shuffle[i]));
+    let (in_order, random) = (moves(&|i| i, 120_000), moves(&|i| shuffle[i], 150_000));
     let cancel_add = chunked(peer, |peer, k| {
         let new = peer.add(delay(&mut rng), &shared);
         black_box(peer.cancel(std::mem::replace(&mut pending[k % n], new)));
@@ -361,10 +362,10 @@ fn counted_nexus_add_cancel(wheel: &mut Nexus, shared: &Arc<u64>, rng: &mut Rng,
     add_cancel(wheel, shared, rng, k);
 }
 
-/// `reschedule` of each handle, in key order.
+/// `reschedule` of each handle, in key order, pushed back (a heartbeat).
 #[inline(never)]
-fn counted_reschedule(wheel: &mut Wheel, rng: &mut Rng, handles: &mut [TimerTaskEntry]) {
-    handles.iter_mut().for_each(|handle| wheel.reschedule(handle, delay(rng)));
+fn counted_reschedule(wheel: &mut Wheel, handles: &mut [TimerTaskEntry]) {
+    handles.iter_mut().for_each(|handle| wheel.reschedule(handle, 120_000));
 }
 
 /// `add` of a task already due: to the executor inside `add`.
@@ -386,7 +387,7 @@ fn counted_run(n: usize) {
         counted_cancel(&mut handles);
     }
     counted_add_cancel(&mut wheel, &shared, &mut rng, n);
-    counted_reschedule(&mut wheel, &mut rng, &mut pending);
+    counted_reschedule(&mut wheel, &mut pending);
     counted_add_due(&mut wheel, &shared, n);
     let runtime = tokio_runtime();
     let _context = runtime.enter();

@@ -432,16 +432,16 @@ fn refuse(read: ReadGuard<'_, TimingWheel>, error: AddError) -> AddError {
 }
 
 impl SystemTimer {
-    /// `add`, `try_add` and `try_add_unbounded`: takes `task` at `expiration_ms`, or says
+    /// `add`, `try_add` and `try_add_unbounded`: takes `task`, due `delay_ms` from now, or says
     /// why not; refuses it for `max_pending` only if `bounded`.
     #[inline]
     fn insert(
         &self,
         task: Box<dyn TimerTask>,
-        expiration_ms: i64,
+        delay_ms: i64,
         bounded: bool,
     ) -> Result<TimerTaskEntry, AddError> {
-        let delay_ms = task.delay_ms();
+        let expiration_ms = self.expiration_after(delay_ms);
         let read = self.timing_wheel.read(thread_hint());
         if self.is_closed() {
             return Err(refuse(read, AddError::Closed(task)));
@@ -459,9 +459,24 @@ impl SystemTimer {
         if !self.reserve_pending(bounded) {
             return Err(refuse(read, AddError::Full(task)));
         }
-        // A read lock is held throughout, so the wheel's clocks do not move: `placement`
-        // holds in any shard.
-        let (mut read, key) = self.store(read, task, expiration_ms, Some(placement.list.id()))?;
+        let mut read = read;
+        let id = placement.list.id();
+        let key = match read.shard().insert(task, expiration_ms, id) {
+            Ok(key) => key,
+            Err(task) => {
+                // A read lock is held throughout, so the wheel's clocks do not move:
+                // `placement` holds in any shard.
+                let (mut other, key) = self.elsewhere(read, task, expiration_ms, Some(id))?;
+                placement.joined();
+                return Ok(TimerTaskEntry::pending(
+                    other.home(),
+                    other.shard(),
+                    key,
+                    expiration_ms,
+                ));
+            }
+        };
+        read.count(Count::Added, 1);
         placement.joined();
         Ok(TimerTaskEntry::pending(
             read.home(),
@@ -497,7 +512,14 @@ impl SystemTimer {
         // A due task never waits, so it is never refused for being full: held, it counts as
         // pending, past `max_pending` if need be.
         self.reserve_pending(false);
-        let (mut read, key) = self.store(read, task, expiration_ms, None)?;
+        let mut read = read;
+        let (mut read, key) = match read.shard().insert_unlisted(task, expiration_ms) {
+            Ok(key) => {
+                read.count(Count::Added, 1);
+                (read, key)
+            }
+            Err(task) => self.elsewhere(read, task, expiration_ms, None)?,
+        };
         let mut expiring = Expiring::unbatched(&self.executor);
         let index = key.index;
         expiring.expire(
@@ -512,42 +534,38 @@ impl SystemTimer {
         Ok(handle)
     }
 
-    /// Stores `task` in list `list` (`None`: in no list) of `read`'s shard, or, if that is
-    /// full, of another shard with room, whose read lock it returns with `read` released; or
-    /// refuses `task`, giving back its `max_pending` place, if every shard is full. It only
-    /// tries the others while `read` is held, never waiting for two locks at once.
-    #[inline]
-    fn store<'a>(
+    /// For an insert whose own shard (`own`, locked) is full: stores `task` in list `list`
+    /// (`None`: in no list) of another shard with room, whose read lock it returns with `own`
+    /// released; or refuses `task`, giving back its `max_pending` place, if every shard is
+    /// full. It only tries the others while `own` is held, never waiting for two locks.
+    #[cold]
+    fn elsewhere<'a>(
         &'a self,
-        mut read: ReadGuard<'a, TimingWheel>,
+        own: ReadGuard<'a, TimingWheel>,
         task: Box<dyn TimerTask>,
         expiration_ms: i64,
         list: Option<u32>,
     ) -> Result<(ReadGuard<'a, TimingWheel>, EntryKey), AddError> {
-        let insert = |read: &mut ReadGuard<'_, TimingWheel>, task| match list {
-            Some(id) => read.shard().insert(task, expiration_ms, id),
-            None => read.shard().insert_unlisted(task, expiration_ms),
-        };
-        let (read, key) = match insert(&mut read, task) {
-            Ok(key) => (read, key),
-            Err(task) => {
-                let other = (0..self.timing_wheel.stripes()).find_map(|stripe| {
-                    let mut other = self.timing_wheel.try_read(stripe)?;
-                    (!other.shard().is_full()).then_some(other)
-                });
-                let Some(mut other) = other else {
-                    if let Some((_, pending)) = &self.max_pending {
-                        pending.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    return Err(refuse(read, AddError::Full(task)));
-                };
-                drop(read);
-                let key = insert(&mut other, task).ok();
-                (other, key.expect("a shard with room took no entry"))
+        let other = (0..self.timing_wheel.stripes()).find_map(|stripe| {
+            let mut other = self.timing_wheel.try_read(stripe)?;
+            (!other.shard().is_full()).then_some(other)
+        });
+        let Some(mut other) = other else {
+            if let Some((_, pending)) = &self.max_pending {
+                pending.fetch_sub(1, Ordering::AcqRel);
             }
+            return Err(refuse(own, AddError::Full(task)));
         };
-        read.count(Count::Added, 1);
-        Ok((read, key))
+        drop(own);
+        let key = match list {
+            Some(id) => other.shard().insert(task, expiration_ms, id),
+            None => other.shard().insert_unlisted(task, expiration_ms),
+        };
+        let Ok(key) = key else {
+            unreachable!("a shard with room took no entry")
+        };
+        other.count(Count::Added, 1);
+        Ok((other, key))
     }
 
     /// Counts one more pending entry against `max_pending`; false, counting nothing, if
@@ -649,19 +667,19 @@ impl SystemTimer {
 
 impl Timer for SystemTimer {
     fn add(&self, task: Box<dyn TimerTask>) -> TimerTaskEntry {
-        let expiration_ms = self.expiration_after(task.delay_ms());
-        self.insert(task, expiration_ms, true)
-            .unwrap_or_else(|_| TimerTaskEntry::refused(expiration_ms))
+        let delay_ms = task.delay_ms();
+        self.insert(task, delay_ms, true)
+            .unwrap_or_else(|_| TimerTaskEntry::refused(self.expiration_after(delay_ms)))
     }
 
     fn try_add(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        let expiration_ms = self.expiration_after(task.delay_ms());
-        self.insert(task, expiration_ms, true)
+        let delay_ms = task.delay_ms();
+        self.insert(task, delay_ms, true)
     }
 
     fn try_add_unbounded(&self, task: Box<dyn TimerTask>) -> Result<TimerTaskEntry, AddError> {
-        let expiration_ms = self.expiration_after(task.delay_ms());
-        self.insert(task, expiration_ms, false)
+        let delay_ms = task.delay_ms();
+        self.insert(task, delay_ms, false)
     }
 
     fn reschedule(&self, entry: &TimerTaskEntry, delay_ms: i64) -> bool {
