@@ -477,8 +477,9 @@ fn pass(side: &dyn Heartbeat, order: &[usize], delays: &[i64], start: usize) -> 
     ns_per(order.len(), |k| side.beat(order[k], delays[(start + k) % delays.len()]))
 }
 
-/// Session heartbeats: one timeout per session key, moved at every heartbeat; N (10^6)
-/// sessions, delays 1-30,000 ms, nothing driven. `KeyedTimer::reschedule` against tokio-util's
+/// Session heartbeats: one timeout per session key, pushed back at every heartbeat to the
+/// session timeout (10 s) from now; N (10^6) sessions, first scheduled 1-10,000 ms out,
+/// nothing driven. `KeyedTimer::reschedule` against tokio-util's
 /// `reset` (a `HashMap` from key to its `Key`, behind a mutex), `Timer::reschedule` of
 /// handles the caller keeps, and `KeyedTimer::schedule` of a new task; every side scheduled
 /// by two threads (session i by thread i % 2). Per heartbeat: a pass over the sessions in one
@@ -489,7 +490,9 @@ pub(crate) fn heartbeats() {
     let (rounds, passes) = (param("rounds", 9, 3), param("passes", 4, 20));
     let mut rng = Rng::new(SEED ^ 0x5E55);
     let ids: Arc<Vec<u64>> = Arc::new((0..n).map(|_| rng.next_u64()).collect());
-    let (delays, runtime) = (delays(1 << 16, 1, 30_000), tokio_runtime());
+    let (delays, runtime) = (delays(1 << 16, 1, 10_000), tokio_runtime());
+    // Every heartbeat sets the session timeout anew: a later deadline than the last one.
+    let timeouts = [10_000];
     let _context = runtime.enter();
     let keyed =
         |replace| Keyed(KeyedTimer::new(Arc::new(SystemTimer::new("keyed"))), ids.clone(), replace);
@@ -515,7 +518,7 @@ pub(crate) fn heartbeats() {
     let names =
         ["KeyedTimer::reschedule", "tokio-util reset", "Timer::reschedule", "KeyedTimer::schedule"];
     let order = shuffled(n, SEED);
-    sides.iter().for_each(|side| _ = pass(*side, &order, &delays, 0));
+    sides.iter().for_each(|side| _ = pass(*side, &order, &timeouts, 0));
     let alternating = |round: usize, measure: &dyn Fn(&dyn Heartbeat) -> f64| {
         let mut figures = vec![0.0; sides.len()];
         for s in (0..sides.len()).map(|k| (round + k) % sides.len()) {
@@ -523,8 +526,8 @@ pub(crate) fn heartbeats() {
         }
         figures
     };
-    let ns =
-        (0..rounds).map(|round| alternating(round, &|side| pass(side, &order, &delays, round * n)));
+    let ns = (0..rounds)
+        .map(|round| alternating(round, &|side| pass(side, &order, &timeouts, round * n)));
     table(
         &format!("{n} sessions in random order: ns per heartbeat"),
         &names,
@@ -532,7 +535,7 @@ pub(crate) fn heartbeats() {
         true,
     );
     let all: Vec<usize> = (0..n).collect();
-    let in_key_order = [sides.iter().map(|side| pass(*side, &all, &delays, 7)).collect()];
+    let in_key_order = [sides.iter().map(|side| pass(*side, &all, &timeouts, 7)).collect()];
     table("in key order, one round: ns per heartbeat", &names, &in_key_order, true);
     let half = |t: usize| shuffled(n / 2, SEED + t as u64).into_iter().map(|k| 2 * k + t).collect();
     let halves: [Vec<usize>; 2] = [half(0), half(1)];
@@ -540,7 +543,7 @@ pub(crate) fn heartbeats() {
         let wall = on_threads(2, |t| {
             let _context = runtime.enter();
             for p in 0..passes {
-                pass(side, &halves[t], &delays, (t * passes + p) * n / 2);
+                pass(side, &halves[t], &timeouts, (t * passes + p) * n / 2);
             }
         });
         (passes * n) as f64 / wall.as_secs_f64() / 1e6

@@ -125,7 +125,7 @@ pub struct KeyedTimer<K> {
 /// What the keyed timer and its wrappers in the timer share.
 struct Shared<K> {
     /// The slots by key, in [`SHARDS`] maps each behind its own lock.
-    shards: Box<[Mutex<Map<K>>]>,
+    shards: Box<[Padded<Mutex<Map<K>>>]>,
     /// Hashes the keys, once per operation (see the ground rules).
     hasher: RandomState,
     /// Slots in all shards; changed under the lock of the shard that changed.
@@ -133,6 +133,10 @@ struct Shared<K> {
     /// The id of the next scheduling.
     next_id: AtomicU64,
 }
+
+/// A map on cache lines of its own: locking one does not take its neighbours' lines.
+#[repr(align(128))]
+struct Padded<T>(T);
 
 /// One shard's slots, by key.
 type Map<K> = HashTable<(K, Slot)>;
@@ -184,7 +188,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         KeyedTimer {
             timer,
             shared: Arc::new(Shared {
-                shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+                shards: (0..SHARDS)
+                    .map(|_| Padded(Mutex::new(HashTable::new())))
+                    .collect(),
                 hasher: RandomState::new(),
                 len: AtomicUsize::new(0),
                 next_id: AtomicU64::new(0),
@@ -481,7 +487,7 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
     /// The shard of a key hashed to `hash`: bits the tables do not use for themselves (they
     /// take a bucket from the low bits and a tag from the top seven).
     fn shard(&self, hash: u64) -> &Mutex<Map<K>> {
-        &self.shards[(hash >> 32) as usize % SHARDS]
+        &self.shards[(hash >> 32) as usize % SHARDS].0
     }
 
     /// Removes the slot of a key hashed to `hash` that `is` picks, and returns it: the
@@ -521,7 +527,7 @@ impl<K> Drop for KeyedTimer<K> {
     fn drop(&mut self) {
         let mut slots = Vec::new();
         for shard in self.shared.shards.iter() {
-            let mut map = shard.lock();
+            let mut map = shard.0.lock();
             self.shared.len.fetch_sub(map.len(), Ordering::Relaxed);
             slots.extend(map.drain());
         }
