@@ -676,3 +676,83 @@ pub(crate) fn shared_driver() {
         "threads | worst p50 ms | worst p99 ms | worst max ms | early | driver CPU ms idle";
     runs_table(columns, &["shared", "owning"], &runs, &[0, 2, 3, 5]);
 }
+
+/// A load that looks like sessions: `n=` (10^6) sessions on a `KeyedTimer` over a
+/// `SystemTimer` its `SystemTimerReaper` drives, each heartbeating every 3 s (pushing its
+/// 10 s timeout back) for `secs=` (60), 2 % of them going silent at a moment spread over
+/// the first 30 s. Heartbeats are paced by one thread, a millisecond's share at a time.
+/// Prints the heartbeats per second sustained, the driver thread's CPU ms per second, the
+/// entries flushes moved on per second and per session per 10 s (a bucket an entry passes:
+/// at most once each, however many heartbeats), and the silent sessions' lateness against
+/// their last heartbeat plus 10 s (p50, p99, max, ms; negative: early).
+pub(crate) fn sessions() {
+    let (n, secs) = (param("n", 1_000_000_usize, 20_000), param("secs", 60_u64, 12));
+    let (beat_ms, timeout_ms, silent_until_ms) = (3_000_i64, 10_000_i64, secs as i64 * 500);
+    let reaper = Arc::new(SystemTimerReaper::new("sessions-driver", SystemTimer::new("sessions")));
+    let timer = reaper.get_ref::<SystemTimer>().expect("a SystemTimer");
+    let sessions = timingwheel::KeyedTimer::<u64>::new(reaper.clone());
+    let (origin, mut rng) = (Instant::now(), Rng::new(SEED));
+    let now_ns = move || origin.elapsed().as_nanos() as i64;
+    // A silent session's last heartbeat, and when each session's timeout ran (ns).
+    let last_beat: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());
+    let fired: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(i64::MIN)).collect());
+    let silent_at: Vec<i64> = (0..n)
+        .map(|_| if rng.range(0, 49) == 0 { rng.range(0, silent_until_ms) } else { i64::MAX })
+        .collect();
+    for i in 0..n {
+        let fired = Arc::clone(&fired);
+        sessions.schedule(
+            i as u64,
+            timer_task(timeout_ms, move || {
+                fired[i].store(now_ns(), Ordering::Relaxed);
+            }),
+        );
+        last_beat[i].store(now_ns(), Ordering::Relaxed);
+    }
+    let (cascades_before, cpu_before) = (timer.cascades(), threads_cpu_ns("sessions-driv"));
+    let (start, mut beats) = (Instant::now(), 0_u64);
+    for ms in 0..secs as i64 * 1_000 {
+        thread::sleep(
+            (start + Duration::from_millis(ms as u64)).saturating_duration_since(Instant::now()),
+        );
+        for i in (ms.rem_euclid(beat_ms) as usize..n).step_by(beat_ms as usize) {
+            if ms < silent_at[i] && sessions.reschedule(&(i as u64), timeout_ms) {
+                last_beat[i].store(now_ns(), Ordering::Relaxed);
+                beats += 1;
+            }
+        }
+    }
+    let (wall, end_ns) = (start.elapsed().as_secs_f64(), now_ns());
+    let cpu_ms = (threads_cpu_ns("sessions-driv") - cpu_before) as f64 / 1e6;
+    let cascades = (timer.cascades() - cascades_before) as f64;
+    thread::sleep(Duration::from_millis(timeout_ms as u64 + 500));
+    let silent: Vec<usize> = (0..n).filter(|&i| silent_at[i] != i64::MAX).collect();
+    let never = silent.iter().filter(|&&i| fired[i].load(Ordering::Relaxed) == i64::MIN).count();
+    let mut late: Vec<i64> = silent
+        .iter()
+        .map(|&i| fired[i].load(Ordering::Relaxed) - last_beat[i].load(Ordering::Relaxed))
+        .map(|ns| ns - timeout_ms * 1_000_000)
+        .collect();
+    let unexpected = (0..n)
+        .filter(|&i| silent_at[i] == i64::MAX && fired[i].load(Ordering::Relaxed) != i64::MIN);
+    let unexpected = unexpected.count();
+    late.sort_unstable();
+    let ms = |p| percentile(&late, p) as f64 / 1e6;
+    println!("\n{n} sessions, {secs} s, {} silent\n", late.len());
+    crate::harness::header(&["figure", "value"]);
+    for (name, value) in [
+        ("heartbeats/s", beats as f64 / wall),
+        ("driver CPU ms per s", cpu_ms / wall),
+        ("entries moved on by flushes per s", cascades / wall),
+        ("moves per session per 10 s", cascades / n as f64 / wall * 10.0),
+        ("silent lateness p50 ms", ms(0.5)),
+        ("silent lateness p99 ms", ms(0.99)),
+        ("silent lateness max ms", ms(1.0)),
+        ("silent sessions never expired", never as f64),
+        ("early (negative lateness)", late.iter().filter(|&&l| l < 0).count() as f64),
+        ("live sessions that expired during the run", unexpected as f64),
+    ] {
+        crate::harness::row(&[name.to_owned(), crate::harness::fmt(value)]);
+    }
+    reaper.close();
+}
