@@ -15,6 +15,7 @@ mod everyday;
 mod expiry;
 mod futures;
 mod harness;
+mod restore;
 
 /// Every workload of this binary, each documented at its function: a new one is a function
 /// and a line here.
@@ -35,7 +36,7 @@ const WORKLOADS: &[harness::Workload] = &[
     ("async_wakes", futures::async_wakes), // wake lateness on a busy runtime vs tokio
     ("sessions", sessions),           // to write
     ("shared_driver", expiry::shared_driver), // 8 timers: one shared driver vs 8 reapers
-    ("restore", restore),             // to write
+    ("restore", restore::restore),    // bulk restore vs schedule, lapsed RunNow vs Spread, pending
 ];
 
 fn main() {
@@ -45,11 +46,5 @@ fn main() {
 /// To write: 10^6 sessions, each heartbeating every 3 s with a 10 s timeout, driven for
 /// real: heartbeats/s, the lateness of the timeouts that fire, RSS; against tokio-util.
 fn sessions() {
-    println!("not written yet");
-}
-
-/// To write: a bulk restore of pending timers (a restart reloading 10^6 deadlines), against
-/// one `add` each.
-fn restore() {
     println!("not written yet");
 }

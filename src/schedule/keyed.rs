@@ -451,10 +451,11 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     pub fn pending(&self) -> Vec<(K, SystemTime)> {
         let clock = self.timer.clock();
         let (wall_ms, now_ms) = (clock.milliseconds(), clock.hi_res_clock_ms());
-        let mut listed = Vec::with_capacity(self.len());
+        let (mut listed, mut slots) = (Vec::with_capacity(self.len()), Vec::new());
         for map in self.shared.shards.iter() {
-            let slots: Vec<(K, Slot)> = map.lock().iter().map(|(k, s)| (k.clone(), *s)).collect();
-            for (key, slot) in slots {
+            // One buffer for every map: under a lock, no allocation but to grow it.
+            slots.extend(map.lock().iter().map(|(k, s)| (k.clone(), *s)));
+            for (key, slot) in slots.drain(..) {
                 if let Some(expiration_ms) = self.shared.expiration(&key, slot, now_ms) {
                     let ms = wall_ms.saturating_add(expiration_ms.saturating_sub(now_ms));
                     listed.push((key, wall_time(ms)));
