@@ -733,9 +733,9 @@ pub(crate) fn sessions() {
         .map(|&i| fired[i].load(Ordering::Relaxed) - last_beat[i].load(Ordering::Relaxed))
         .map(|ns| ns - timeout_ms * 1_000_000)
         .collect();
-    let unexpected = (0..n)
-        .filter(|&i| silent_at[i] == i64::MAX && fired[i].load(Ordering::Relaxed) != i64::MIN);
-    let unexpected = unexpected.count();
+    // A live session expires only once its heartbeats stop with the run.
+    let fired_during = |i: usize| (0..end_ns).contains(&fired[i].load(Ordering::Relaxed));
+    let unexpected = (0..n).filter(|&i| silent_at[i] == i64::MAX && fired_during(i)).count();
     late.sort_unstable();
     let ms = |p| percentile(&late, p) as f64 / 1e6;
     println!("\n{n} sessions, {secs} s, {} silent\n", late.len());

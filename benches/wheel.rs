@@ -15,6 +15,7 @@ mod everyday;
 mod expiry;
 mod futures;
 mod harness;
+mod restore;
 
 /// Every workload of this binary, each documented at its function: a new one is a function
 /// and a line here.
@@ -35,15 +36,9 @@ const WORKLOADS: &[harness::Workload] = &[
     ("async_wakes", futures::async_wakes), // wake lateness on a busy runtime vs tokio
     ("sessions", expiry::sessions),   // 10^6 sessions heartbeating for 60 s, 2 % silent
     ("shared_driver", expiry::shared_driver), // 8 timers: one shared driver vs 8 reapers
-    ("restore", restore),             // to write
+    ("restore", restore::restore),    // bulk restore vs schedule, lapsed RunNow vs Spread, pending
 ];
 
 fn main() {
     harness::main(WORKLOADS);
-}
-
-/// To write: a bulk restore of pending timers (a restart reloading 10^6 deadlines), against
-/// one `add` each.
-fn restore() {
-    println!("not written yet");
 }

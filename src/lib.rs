@@ -181,7 +181,7 @@ pub use future::{Elapsed, Interval, Sleep, Timeout, timeout};
 pub use lateness::Lateness;
 pub use metrics::TimerStats;
 pub use mock::{MockTime, MockTimer};
-pub use schedule::keyed::KeyedTimer;
+pub use schedule::keyed::{KeyedTimer, Lapsed};
 pub use schedule::missed_ticks::MissedTicks;
 pub use schedule::periodic::{PeriodicHandle, schedule_periodic};
 pub use schedule::send_task::send_task;

@@ -1,5 +1,6 @@
 //! The `reconcile` example's core, run small: every order paid or expired exactly once, no
-//! stock left reserved, and sane lateness figures.
+//! stock left reserved, and sane lateness figures; also across a restart, in two runs
+//! that hand over through a state file.
 
 mod common;
 
@@ -11,6 +12,7 @@ use reconcile::cli::{Command, Config, parse_args};
 use reconcile::common::{Ledger, Percentiles as Lateness, Table};
 use reconcile::report::Report;
 use reconcile::run;
+use reconcile::state::State;
 
 use common::args;
 
@@ -161,6 +163,135 @@ fn invariant_check_can_fail() {
     let mut bad = good;
     bad.timer_size_at_end = 1;
     assert!(!bad.table(&config).holds(), "a check left in the timer");
+
+    let path = state_file("invariant");
+    let stopped = Config {
+        state: path.clone(),
+        stop_after: 0.05,
+        deadline_min_ms: 500,
+        deadline_max_ms: 800,
+        ..config
+    };
+    let good = run(&stopped);
+    let _ = std::fs::remove_file(&path);
+    let summary = good.table(&stopped).render();
+    assert!(
+        good.carried.is_some() && good.table(&stopped).holds(),
+        "{summary}"
+    );
+    let mut bad = good.clone();
+    bad.carried.as_mut().unwrap().lost = 1;
+    assert!(
+        !bad.table(&stopped).holds(),
+        "an open order left without its check"
+    );
+    let mut bad = good;
+    bad.stock_reserved_left += 1;
+    assert!(
+        !bad.table(&stopped).holds(),
+        "stock reserved beyond the open orders'"
+    );
+}
+
+/// A state file of this test process's own, named `name`.
+fn state_file(name: &str) -> String {
+    let file = format!("timingwheel-reconcile-{name}-{}.state", std::process::id());
+    std::env::temp_dir()
+        .join(file)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn a_restart_hands_every_pending_check_over_and_every_order_still_ends_once() {
+    let path = state_file("restart");
+    let _ = std::fs::remove_file(&path);
+    // Deadlines of 50-400 ms; the first run stops after 100 ms, with checks expiring as
+    // it lists them: the snapshot races with expiries.
+    let config = Config {
+        state: path.clone(),
+        spread_ms: 100,
+        deadline_min_ms: 50,
+        deadline_max_ms: 400,
+        ..small(20_000, 0.5)
+    };
+    let first = run(&Config {
+        stop_after: 0.1,
+        ..config.clone()
+    });
+    let summary = first.table(&config).render();
+    // What decides the exit code: 0 iff every check of the table holds.
+    assert!(
+        first.table(&config).holds(),
+        "the first run exits 1:\n{summary}"
+    );
+    let carried = first.carried.clone().expect("it stopped early");
+    let [paid, expired] = first.orders.settled;
+    assert!(carried.checks > 0 && carried.lost == 0, "{summary}");
+    assert_eq!(
+        paid + expired + carried.checks + carried.to_create,
+        u64::from(config.orders),
+        "every order settled, carried over or still to create: {summary}"
+    );
+    let state = State::read(&path).unwrap().expect("the state file");
+    assert_eq!(state.checks.len() as u64, carried.checks);
+    assert_eq!(state.settled.len() as u64, paid + expired);
+
+    // Down for a while: some deadlines lapse.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let second = run(&config);
+    let summary = second.table(&config).render();
+    assert!(
+        second.table(&config).holds(),
+        "the second run exits 1:\n{summary}"
+    );
+    let restored = second.restored.as_ref().expect("it restored the state");
+    assert_eq!(
+        (restored.checks, restored.payments),
+        (carried.checks, carried.payments)
+    );
+    assert!(restored.lapsed > 0, "{summary}");
+    // Exactly once across both runs.
+    let [paid, expired] = second.orders.settled;
+    assert_eq!(paid + expired, u64::from(config.orders), "{summary}");
+    assert_eq!((second.orders.twice, second.orders.never), (0, 0));
+    assert_eq!(second.stock_reserved_left, 0);
+    assert_eq!(
+        second.stock_sold + second.stock_returned,
+        second.stock_reserved_total
+    );
+    assert_eq!(second.timer_size_at_end, 0);
+    assert!(
+        !std::path::Path::new(&path).exists(),
+        "a finished run removes its state"
+    );
+    // Restored checks never ran early either; lapsed ones ran within their window.
+    let lateness = second.lateness();
+    assert!(lateness.min_us >= 0, "a check fired early: {lateness:?}");
+    assert!(lateness.max_us < 2_000_000, "{lateness:?}");
+}
+
+#[test]
+fn the_state_file_reads_back_what_was_written() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let path = state_file("round-trip");
+    let at = |ms| UNIX_EPOCH + Duration::from_millis(ms);
+    let state = State {
+        orders: 10,
+        created: 7,
+        stock: [14, 5, 3],
+        settled: vec![(0, 0, 0), (3, 1, 1_250), (4, 1, -3)],
+        checks: vec![(1, 2, at(1_700_000_000_123)), (6, 3, at(5))],
+        payments: vec![(1, 2, at(1_700_000_000_999))],
+    };
+    state.write(&path).unwrap();
+    assert_eq!(State::read(&path).unwrap(), Some(state));
+    std::fs::write(&path, "reconcile-state 1 10 7\nstock 1 2\n").unwrap();
+    assert!(State::read(&path).is_err(), "a short line");
+    std::fs::write(&path, "something else\n").unwrap();
+    assert!(State::read(&path).is_err(), "not a state file");
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(State::read(&path).unwrap(), None, "no file: a first run");
 }
 
 #[test]
@@ -199,7 +330,8 @@ fn command_line_defaults_and_flags() {
 
     let parsed = parse_args(args(
         "--orders 500 --deadline-min-ms=10 --no-progress --deadline-max-ms 20 \
-         --pay-ratio 0.25 --tick-ms 2 --wheel-size=8 --seed 9",
+         --pay-ratio 0.25 --tick-ms 2 --wheel-size=8 --seed 9 --state /tmp/s \
+         --stop-after 1.5 --spread-ms 0",
     ));
     assert_eq!(
         parsed,
@@ -211,6 +343,9 @@ fn command_line_defaults_and_flags() {
             tick_ms: 2,
             wheel_size: 8,
             seed: 9,
+            state: "/tmp/s".into(),
+            stop_after: 1.5,
+            spread_ms: 0,
             progress: false,
         }))
     );
@@ -266,6 +401,8 @@ fn command_line_rejects_bad_input() {
         "--deadline-min-ms 300 --deadline-max-ms 200",
         "--tick-ms 0",
         "--wheel-size 0",
+        "--stop-after 1",
+        "--state /tmp/s --stop-after -1",
     ] {
         assert!(parse_args(args(line)).is_err(), "accepted {line:?}");
     }

@@ -1,10 +1,11 @@
 //! The shop's books (each order's outcome, the stock counters), and the payer's schedule.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::common::Ledger;
+use super::state::State;
 
 /// The ways an order settles, in its ledger.
 pub(crate) const PAID: usize = 0;
@@ -21,6 +22,8 @@ pub(crate) struct Shop {
     pub(crate) stock_returned: AtomicU64,
     /// Lateness of the check that ran last, in µs (the timer has one executor thread).
     pub(crate) last_lateness_us: AtomicI64,
+    /// Each order's units, for the state a stopped run writes.
+    pub(crate) qty: Vec<AtomicU8>,
 }
 
 impl Shop {
@@ -33,11 +36,62 @@ impl Shop {
             stock_sold: AtomicU64::new(0),
             stock_returned: AtomicU64::new(0),
             last_lateness_us: AtomicI64::new(0),
+            qty: (0..orders).map(|_| AtomicU8::new(0)).collect(),
         }
     }
 
-    /// A new order reserves `qty` units.
-    pub(crate) fn reserve(&self, qty: u8) {
+    /// The books a stopped run left in `state`.
+    pub(crate) fn restored(state: &State) -> Shop {
+        let shop = Shop::new(state.orders);
+        for &(order, way, figure_us) in &state.settled {
+            shop.orders.settle(order as usize, way, figure_us);
+        }
+        for &(order, qty, _) in &state.checks {
+            shop.qty[order as usize].store(qty, Ordering::Relaxed);
+        }
+        let [total, sold, returned] = state.stock;
+        shop.created
+            .store(u64::from(state.created), Ordering::Relaxed);
+        shop.stock_reserved_total.store(total, Ordering::Relaxed);
+        shop.stock_sold.store(sold, Ordering::Relaxed);
+        shop.stock_returned.store(returned, Ordering::Relaxed);
+        let reserved = total as i64 - sold as i64 - returned as i64;
+        shop.stock_reserved.store(reserved, Ordering::Relaxed);
+        shop
+    }
+
+    /// The books for the next run: the orders created, each settled one with its figure,
+    /// the stock counters (and the checks and payments the caller adds).
+    pub(crate) fn state(&self) -> State {
+        let mut settled = Vec::new();
+        for way in [PAID, EXPIRED] {
+            let orders = (0..self.qty.len()).filter(|&order| self.orders.way(order) == Some(way));
+            // `figures_us` lists the figures in the same order.
+            let figures = self.orders.figures_us(way).into_iter();
+            settled.extend(
+                orders
+                    .zip(figures)
+                    .map(|(order, us)| (order as u32, way, us)),
+            );
+        }
+        let load = |counter: &AtomicU64| counter.load(Ordering::Acquire);
+        State {
+            orders: self.qty.len() as u32,
+            created: load(&self.created) as u32,
+            stock: [
+                &self.stock_reserved_total,
+                &self.stock_sold,
+                &self.stock_returned,
+            ]
+            .map(load),
+            settled,
+            ..State::default()
+        }
+    }
+
+    /// New order `order` reserves `qty` units.
+    pub(crate) fn reserve(&self, order: u32, qty: u8) {
+        self.qty[order as usize].store(qty, Ordering::Relaxed);
         self.stock_reserved
             .fetch_add(i64::from(qty), Ordering::Relaxed);
         self.stock_reserved_total
@@ -73,13 +127,15 @@ impl Shop {
 
 /// Receives items from `incoming` and hands each to `pay` once the millisecond `due_ms`
 /// gives it (counted from `start`) has come; returns when `incoming` is closed and every
-/// item is paid.
+/// item is paid, or once `stop` is set (with `incoming` closed): then with the items it
+/// did not pay.
 pub(crate) fn pay_on_time<T>(
     start: Instant,
     incoming: mpsc::Receiver<T>,
     due_ms: impl Fn(&T) -> u32,
     pay: &mut impl FnMut(T),
-) {
+    stop: &AtomicBool,
+) -> Vec<T> {
     /// Items drained from the channel before paying what is due again.
     const DRAIN_BATCH: usize = 8_192;
     // Items by the millisecond they are due; all before `next_ms` are paid.
@@ -97,7 +153,10 @@ pub(crate) fn pay_on_time<T>(
             next_ms += 1;
         }
         if closed && waiting == 0 {
-            return;
+            return Vec::new();
+        }
+        if stop.load(Ordering::Acquire) {
+            return buckets.into_iter().flatten().chain(incoming).collect();
         }
         let first = match incoming.recv_timeout(Duration::from_millis(1)) {
             Ok(item) => Some(item),

@@ -10,6 +10,8 @@ use super::common::{Percentiles, Table, Tally, group, rate, secs};
 /// What the creating thread measured.
 #[derive(Clone, Debug)]
 pub(crate) struct CreateStats {
+    /// Orders this run created (a run after a stop creates those still to come).
+    pub(crate) created: u64,
     /// Wall time of the whole loop (add, reserve, hand to the payer).
     pub(crate) create_time: Duration,
     /// Time spent inside `add` (allocating the task included), summed over the calls.
@@ -45,6 +47,33 @@ pub(crate) struct Report {
     /// Lateness of the check that ran last, in µs (0 if none ran).
     pub(crate) last_expiry_lateness_us: i64,
     pub(crate) elapsed: Duration,
+    /// A run after a stop: what it restored.
+    pub(crate) restored: Option<Restored>,
+    /// A run stopped early: what it carried over to the next.
+    pub(crate) carried: Option<Carried>,
+}
+
+/// What a run after a stop read back: checks (those lapsed meanwhile among them) and
+/// payments to make.
+#[derive(Clone, Debug)]
+pub(crate) struct Restored {
+    pub(crate) checks: u64,
+    pub(crate) lapsed: u64,
+    pub(crate) payments: u64,
+}
+
+/// What a run stopped early wrote for the next one.
+#[derive(Clone, Debug)]
+pub(crate) struct Carried {
+    /// Checks of orders still open, and payments not made yet.
+    pub(crate) checks: u64,
+    pub(crate) payments: u64,
+    /// Orders still open without a check carried over (must be 0).
+    pub(crate) lost: u64,
+    /// The units the carried-over orders hold.
+    pub(crate) stock_held: i64,
+    /// Orders not created yet.
+    pub(crate) to_create: u64,
 }
 
 impl Report {
@@ -67,8 +96,17 @@ impl Report {
             config.wheel_size,
             config.seed
         ));
-        let orders = self.orders.items;
+        let orders = create.created;
         t.row("", "count", "rate");
+        if let Some(restored) = &self.restored {
+            let lapsed = format!(
+                "{} lapsed, spread over {} ms",
+                group(restored.lapsed),
+                config.spread_ms
+            );
+            t.row("checks restored (restart)", group(restored.checks), lapsed);
+            t.row("payments restored", group(restored.payments), "");
+        }
         let per_add = rate(orders, create.add_time, "add, incl. allocating the task");
         t.row("add (schedule a check)", group(orders), per_add);
         let per_order = "order: add, reserve, hand to the payer";
@@ -99,12 +137,42 @@ impl Report {
             group(self.stock_sold),
             group(self.stock_returned),
         );
-        let stock_back = self.stock_sold + self.stock_returned == self.stock_reserved_total;
-        t.check(stock, self.stock_reserved_left == 0 && stock_back);
-        self.orders
-            .check_once(&mut t, "one outcome per order", ["paid", "expired"]);
-        let left = self.timer_size_at_end;
-        t.check(format!("timer empty at end: size {left}"), left == 0);
+        let left = self.stock_reserved_left;
+        let stock_back =
+            self.stock_sold + self.stock_returned + left as u64 == self.stock_reserved_total;
+        let Some(carried) = &self.carried else {
+            t.check(stock, left == 0 && stock_back);
+            self.orders
+                .check_once(&mut t, "one outcome per order", ["paid", "expired"]);
+            let left = self.timer_size_at_end;
+            t.check(format!("timer empty at end: size {left}"), left == 0);
+            return t;
+        };
+        t.row(
+            "stopped: checks carried over",
+            group(carried.checks),
+            config.state.as_str(),
+        );
+        t.row("  payments carried over", group(carried.payments), "");
+        t.row("  orders still to create", group(carried.to_create), "");
+        t.check(
+            format!("{stock}; held by open orders {}", carried.stock_held),
+            left == carried.stock_held && stock_back,
+        );
+        let ([paid, expired], tally) = (self.orders.settled, &self.orders);
+        let line = format!(
+            "one outcome per order or carried over: {} paid + {} expired + {} carried + {} to create = {} of {}; {} more than once, {} lost",
+            group(paid),
+            group(expired),
+            group(carried.checks),
+            group(carried.to_create),
+            group(paid + expired + carried.checks + carried.to_create),
+            group(tally.items),
+            tally.twice,
+            carried.lost
+        );
+        let once = paid + expired + carried.checks + carried.to_create == tally.items;
+        t.check(line, once && tally.twice == 0 && carried.lost == 0);
         t
     }
 }

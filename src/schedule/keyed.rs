@@ -7,8 +7,8 @@
 //!   once per operation: the hash picks its shard and its place in the shard's table, and
 //!   its token task carries it, so that the task finds the key again without hashing. A map
 //!   holds, per key, the *slot* of the one task that counts for that key: an id unique to
-//!   that scheduling (from `next_id`) and where its timer entry lives, `None` while the
-//!   `add` that makes it has not returned yet (or if the task never entered the timer's
+//!   that scheduling (from `next_id`) and where its timer entry lives, or its delay while
+//!   the `add` that makes it has not returned yet (or if the task never entered the timer's
 //!   store: handed to the executor inside `add`, or refused).
 //! - The timer holds a token task per scheduling (`schedule::token`), whose token is the
 //!   scheduling's id and whose payload is the key, its hash and the user's task. When the
@@ -33,16 +33,20 @@
 //!   closed) removes its slot if the slot is still its own, so that `len` and
 //!   `is_scheduled` forget tasks that will never run.
 //! - `len` counts slots; it changes only under the lock of the shard it counts for.
+//! - `pending` copies one map's slots at a time under its lock, then reads each entry's
+//!   expiration under its timer shard's lock alone; an entry gone by then is looked up
+//!   again under its key, which finds the task that replaced it, if any.
 //! - Lock order (see `crate::lock_order`): a shard's mutex is a leaf. No timer call, no
 //!   task's code (`run`, `delay_ms`, `Drop`) and no drop of a handle happens while one is
-//!   held; of the caller's code only the key's `Hash` and `Eq` run under it (its `Drop`
-//!   runs after).
+//!   held; of the caller's code only the key's `Hash`, `Eq` and (`pending`) `Clone` run
+//!   under it (its `Drop` runs after).
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
@@ -143,11 +147,13 @@ type Map<K> = HashTable<(K, Slot)>;
 
 /// The task that counts for a key: 24 bytes, so that a map of a million sessions stays
 /// small.
+#[derive(Clone, Copy)]
 struct Slot {
     /// Which scheduling it is: the wrapper in the timer with this id may run.
     id: u64,
-    /// Where its timer entry lives, once `add` returned it in a store.
-    entry: Option<Place>,
+    /// Where its timer entry lives, once `add` returned it in a store; until then (or for
+    /// good if it entered none), the delay it was added with.
+    entry: Result<Place, i64>,
 }
 
 /// Where a timer entry lives: the handle's location without its expiration, which the
@@ -226,7 +232,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(fired.load(Ordering::SeqCst), 300, "only the last one ran");
     /// ```
     pub fn schedule(&self, key: K, task: Box<dyn TimerTask>) {
-        self.insert(key, task, true);
+        self.insert(key, task, None, true);
     }
 
     /// Schedules `task` under `key` like [`schedule`](KeyedTimer::schedule), and returns
@@ -251,7 +257,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.schedule_replacing(1, timer_task(100, || {})), "the last one ran");
     /// ```
     pub fn schedule_replacing(&self, key: K, task: Box<dyn TimerTask>) -> bool {
-        self.insert(key, task, true)
+        self.insert(key, task, None, true)
     }
 
     /// Moves the task scheduled under `key` to `delay` from now, keeping the task: a
@@ -304,7 +310,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             .shard(hash)
             .lock()
             .find(hash, |(k, _)| k == key)
-            .and_then(|(_, slot)| slot.entry)
+            .and_then(|(_, slot)| slot.entry.ok())
         else {
             return false;
         };
@@ -330,7 +336,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert_eq!(timeouts.len(), 1);
     /// ```
     pub fn schedule_if_absent(&self, key: K, task: Box<dyn TimerTask>) -> bool {
-        !self.insert(key, task, false)
+        !self.insert(key, task, None, false)
     }
 
     /// Cancels the task scheduled under `key`. Returns true iff a task was scheduled under
@@ -358,7 +364,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         let Some((_key, slot)) = self.shared.remove(hash, |(k, _)| k == key) else {
             return false;
         };
-        if let Some(place) = slot.entry {
+        if let Ok(place) = slot.entry {
             place.handle().cancel();
         }
         true
@@ -423,14 +429,179 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         self.len() == 0
     }
 
+    /// Returns every key whose task is pending, with its deadline as wall-clock time: the
+    /// timer's expiration (within a millisecond), converted with the timer's wall clock at
+    /// this call. Written out and given to [`restore`](KeyedTimer::restore) after a restart,
+    /// the deadlines mean the same there.
+    ///
+    /// A listing taken while adds, cancels and expiries go on holds every key pending
+    /// throughout it, and no key whose task ended (its `cancel` returned true, or its run
+    /// finished) before it began; a task handed to the executor and not yet finished may be
+    /// listed or not. It takes each of the keyed timer's map locks in turn, only to copy its
+    /// keys, and each entry's timer lock only to read its expiration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use timingwheel::{timer_task, KeyedTimer, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let checks = KeyedTimer::new(timer.clone());
+    /// checks.schedule("order-1", timer_task(30_000, || {}));
+    /// timer.advance_clock(10_000);
+    /// let now = UNIX_EPOCH + Duration::from_millis(timer.time().milliseconds() as u64);
+    /// assert_eq!(checks.pending(), [("order-1", now + Duration::from_secs(20))]);
+    /// ```
+    pub fn pending(&self) -> Vec<(K, SystemTime)> {
+        let clock = self.timer.clock();
+        let (wall_ms, now_ms) = (clock.milliseconds(), clock.hi_res_clock_ms());
+        let (mut listed, mut slots) = (Vec::with_capacity(self.len()), Vec::new());
+        for map in self.shared.shards.iter() {
+            // One buffer for every map: under a lock, no allocation but to grow it.
+            slots.extend(map.0.lock().iter().map(|(k, s)| (k.clone(), *s)));
+            for (key, slot) in slots.drain(..) {
+                if let Some(expiration_ms) = self.shared.expiration(&key, slot, now_ms) {
+                    let ms = wall_ms.saturating_add(expiration_ms.saturating_sub(now_ms));
+                    listed.push((key, wall_time(ms)));
+                }
+            }
+        }
+        listed
+    }
+
+    /// Schedules `task` under `key` like [`schedule`](KeyedTimer::schedule), at an absolute
+    /// wall-clock deadline instead of the task's own `delay_ms`: converted to the timer's
+    /// clock at this call (rounded up to the millisecond), so that a later jump of the wall
+    /// clock does not move it. A deadline in the past runs the task at once (1 ms from now:
+    /// on a `MockTimer`, at its next `advance_clock`).
+    ///
+    /// The task never runs before `deadline` by the timer's wall clock at this call. Across
+    /// a restart, a deadline listed by [`pending`](KeyedTimer::pending) in one process is
+    /// honoured by the wall clock of the next: if that clock jumped in between (an NTP step,
+    /// another machine), the deadline moves with it, a jump forward making it lapse that
+    /// much sooner in real time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use timingwheel::{timer_task, KeyedTimer, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let checks = KeyedTimer::new(timer.clone());
+    /// let now = UNIX_EPOCH + Duration::from_millis(timer.time().milliseconds() as u64);
+    /// checks.schedule_at(7, now + Duration::from_secs(5), timer_task(0, || {}));
+    /// timer.advance_clock(4_999);
+    /// assert!(checks.is_scheduled(&7));
+    /// timer.advance_clock(1);
+    /// assert!(!checks.is_scheduled(&7), "it ran at its deadline");
+    /// ```
+    pub fn schedule_at(&self, key: K, deadline: SystemTime, task: Box<dyn TimerTask>) {
+        let delay_ms = delay_until(self.wall_now(), deadline);
+        self.insert(key, task, Some(delay_ms.max(1)), true);
+    }
+
+    /// Schedules `make_task(&key)` under each key at its deadline, as
+    /// [`schedule_at`](KeyedTimer::schedule_at) does, in the order given: a task already
+    /// under a key is replaced, and of a key given twice the later entry wins. Deadlines
+    /// already past (at or before the wall clock's reading at this call) follow `lapsed`;
+    /// under [`Lapsed::Skip`] their entries change nothing, and their keys are returned.
+    ///
+    /// Each task runs once, never before its deadline nor, spread, before its place in the
+    /// window. The tasks' own `delay_ms` is not read. See
+    /// [`schedule_at`](KeyedTimer::schedule_at) for a wall clock that jumped since the
+    /// deadlines were listed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use timingwheel::{timer_task, KeyedTimer, Lapsed, MockTimer, Timer};
+    ///
+    /// let timer = Arc::new(MockTimer::new());
+    /// let checks = KeyedTimer::new(timer.clone());
+    /// let now = UNIX_EPOCH + Duration::from_millis(timer.time().milliseconds() as u64);
+    /// // Read back after a restart: two checks lapsed while the service was down.
+    /// let saved = [(1, now - Duration::from_secs(60)), (2, now - Duration::from_secs(1)),
+    ///     (3, now + Duration::from_secs(30))];
+    /// let ran = Arc::new(AtomicU32::new(0));
+    /// let skipped = checks.restore(saved, Lapsed::Spread(Duration::from_secs(10)), |_| {
+    ///     let ran = ran.clone();
+    ///     timer_task(0, move || _ = ran.fetch_add(1, Ordering::SeqCst))
+    /// });
+    /// assert!(skipped.is_empty());
+    /// timer.advance_clock(1);
+    /// assert_eq!(ran.load(Ordering::SeqCst), 1, "the first lapsed one, at once");
+    /// timer.advance_clock(5_000);
+    /// assert_eq!(ran.load(Ordering::SeqCst), 2, "the second, 5 s into the window");
+    /// timer.advance_clock(25_000);
+    /// assert_eq!(ran.load(Ordering::SeqCst), 3, "the third at its deadline");
+    /// ```
+    pub fn restore(
+        &self,
+        entries: impl IntoIterator<Item = (K, SystemTime)>,
+        lapsed: Lapsed,
+        mut make_task: impl FnMut(&K) -> Box<dyn TimerTask>,
+    ) -> Vec<K> {
+        let now = self.wall_now();
+        let entries: Vec<(K, i64)> = entries
+            .into_iter()
+            .map(|(key, deadline)| (key, delay_until(now, deadline)))
+            .collect();
+        let lapsed_count = entries
+            .iter()
+            .filter(|(_, delay_ms)| *delay_ms == 0)
+            .count();
+        let window_ms = match lapsed {
+            Lapsed::Spread(window) => window.into_delay_ms(),
+            _ => 0,
+        };
+        let (mut skipped, mut nth) = (Vec::new(), 0);
+        for (key, mut delay_ms) in entries {
+            if delay_ms == 0 {
+                if lapsed == Lapsed::Skip {
+                    skipped.push(key);
+                    continue;
+                }
+                // The nth lapsed deadline: its even share of the window (none for `RunNow`).
+                delay_ms = (i128::from(window_ms) * nth / lapsed_count as i128) as i64;
+                nth += 1;
+            }
+            let task = make_task(&key);
+            self.insert(key, task, Some(delay_ms.max(1)), true);
+        }
+        skipped
+    }
+
+    /// The wall clock of the timer, now.
+    fn wall_now(&self) -> SystemTime {
+        wall_time(self.timer.clock().milliseconds())
+    }
+
     /// Puts a new slot for `task` under `key`, replacing the slot there, or unless `replace`,
-    /// dropping `task` if there is one; then adds the task's wrapper to the timer and
-    /// records where its entry lives. Returns true iff a slot was there.
-    fn insert(&self, key: K, task: Box<dyn TimerTask>, replace: bool) -> bool {
+    /// dropping `task` if there is one; then adds the task's wrapper to the timer, due in
+    /// `delay_ms` (the task's own if `None`), and records where its entry lives. Returns
+    /// true iff a slot was there.
+    fn insert(
+        &self,
+        key: K,
+        task: Box<dyn TimerTask>,
+        delay_ms: Option<i64>,
+        replace: bool,
+    ) -> bool {
         let shared = &self.shared;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let hash = shared.hasher.hash_one(&key);
-        let slot = Slot { id, entry: None };
+        let delay_ms = delay_ms.unwrap_or_else(|| task.delay_ms());
+        let slot = Slot {
+            id,
+            entry: Err(delay_ms),
+        };
         let mut map = shared.shard(hash).lock();
         let replaced = match map.entry(hash, |(k, _)| *k == key, |(k, _)| shared.hasher.hash_one(k))
         {
@@ -450,10 +621,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             }
         };
         drop(map);
-        if let Some(place) = replaced.as_ref().and_then(|slot| slot.entry) {
+        if let Some(Ok(place)) = replaced.as_ref().map(|slot| slot.entry) {
             place.handle().cancel();
         }
-        let delay_ms = task.delay_ms();
         let payload = Payload { hash, task };
         let entry = self
             .timer
@@ -464,7 +634,9 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             .lock()
             .find_mut(hash, |(_, slot)| slot.id == id)
         {
-            slot.entry = entry.location().map(|(shard, key)| Place { shard, key });
+            if let Some((shard, key)) = entry.location() {
+                slot.entry = Ok(Place { shard, key });
+            }
         } else {
             // Replaced or cancelled while `add` ran (or it already ran, or a closed timer
             // refused it, and then this does nothing): drop it now.
@@ -488,6 +660,26 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
     /// take a bucket from the low bits and a tag from the top seven).
     fn shard(&self, hash: u64) -> &Mutex<Map<K>> {
         &self.shards[(hash >> 32) as usize % SHARDS].0
+    }
+
+    /// The expiration of the task pending under `key`, which was `slot`'s: that of its
+    /// entry, or of the task that replaced it if it left the timer; `None` if none is (it
+    /// was cancelled, or it expired: it runs or ran). A delay is from `now_ms`.
+    fn expiration(&self, key: &K, mut slot: Slot, now_ms: i64) -> Option<i64> {
+        loop {
+            let place = match slot.entry {
+                Ok(place) => place,
+                Err(delay_ms) => return Some(now_ms.saturating_add(delay_ms)),
+            };
+            if let Some(expiration_ms) = place.shard.lock().expiration(place.key) {
+                return Some(expiration_ms);
+            }
+            let hash = self.hasher.hash_one(key);
+            let map = self.shard(hash).lock();
+            let (_, now) = map.find(hash, |(k, _)| k == key)?;
+            (now.id != slot.id).then_some(())?;
+            slot = *now;
+        }
     }
 
     /// Removes the slot of a key hashed to `hash` that `is` picks, and returns it: the
@@ -523,6 +715,53 @@ impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
     }
 }
 
+/// What [`KeyedTimer::restore`] does with a deadline already past.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use timingwheel::Lapsed;
+///
+/// // 10^6 checks that lapsed during an outage reach the executor over a minute.
+/// let lapsed = Lapsed::Spread(Duration::from_secs(60));
+/// assert_ne!(lapsed, Lapsed::RunNow);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lapsed {
+    /// Each runs once, now.
+    RunNow,
+    /// None is scheduled (a task already under that key stays as it is); `restore` returns
+    /// their keys.
+    Skip,
+    /// They run once each, spread evenly over this window from now, on the timer's clock,
+    /// in the order given: of n, the i-th (from 0) no earlier than i/n of the window.
+    Spread(Duration),
+}
+
+/// `ms` milliseconds after the Unix epoch (before it if negative), where the platform's
+/// `SystemTime` reaches; beyond, its far ends.
+fn wall_time(ms: i64) -> SystemTime {
+    let since = Duration::from_millis(ms.unsigned_abs());
+    match ms < 0 {
+        true => UNIX_EPOCH.checked_sub(since).unwrap_or(UNIX_EPOCH),
+        // Some platforms' `SystemTime` ends some 30,000 years on.
+        false => UNIX_EPOCH
+            .checked_add(since)
+            .unwrap_or(UNIX_EPOCH + FAR_FUTURE),
+    }
+}
+
+/// Past every deadline a timer keeps in a platform's `SystemTime`: 17,000 years.
+const FAR_FUTURE: Duration = Duration::from_secs(1 << 39);
+
+/// Milliseconds from `now` to `deadline`, rounded up; 0 for a deadline at or before `now`.
+fn delay_until(now: SystemTime, deadline: SystemTime) -> i64 {
+    deadline
+        .duration_since(now)
+        .map_or(0, IntoDelayMs::into_delay_ms)
+}
+
 impl<K> Drop for KeyedTimer<K> {
     fn drop(&mut self) {
         let mut slots = Vec::new();
@@ -534,7 +773,7 @@ impl<K> Drop for KeyedTimer<K> {
         // Cancelled with no lock held: each cancel drops a task (the caller's code), and
         // so does each key's drop. The wrappers' own drops then find their slots gone.
         for (_key, slot) in slots {
-            if let Some(place) = slot.entry {
+            if let Ok(place) = slot.entry {
                 place.handle().cancel();
             }
         }

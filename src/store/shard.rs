@@ -133,6 +133,12 @@ impl ShardState {
         self.slots.insert(task, expiration_ms, |_| Loc::UNLISTED)
     }
 
+    /// The expiration of the pending entry named by `key`.
+    pub(crate) fn expiration(&self, key: EntryKey) -> Option<i64> {
+        self.is_live(key)
+            .then(|| self.slots.get(key.index).expiration_ms)
+    }
+
     /// Appends the unlisted entry in slot `index` to list `id`.
     #[inline]
     pub(crate) fn link(&mut self, id: u32, index: u32) {

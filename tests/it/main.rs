@@ -55,6 +55,7 @@ mod purgatory_lock;
 mod purgatory_stress;
 mod refusal;
 mod reschedule;
+mod restore;
 mod send_task;
 mod shared_reaper;
 mod shutdown;
