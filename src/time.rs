@@ -158,39 +158,46 @@ pub(crate) fn time_until_ms(time: &dyn Time, due_ms: i64) -> Duration {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-/// A timer's clock, as its hot paths read it: the system clock without a call through
-/// `dyn Time` (and `add`'s millisecond through `clock`'s fast ceiling), or the clock its
-/// builder was given.
+/// The clock a timer's `add` reads and its executor counts lateness on: the system clock
+/// (the time-stamp counter's fast millisecond, see [`clock`]) or a caller's `Time`.
 #[derive(Clone, Debug)]
-pub(crate) enum TimerClock {
-    System,
-    Other(Arc<dyn Time>),
+pub(crate) struct TimerClock {
+    pub(crate) time: Arc<dyn Time>,
+    system: bool,
 }
 
 impl TimerClock {
-    /// The clock as a `Time`.
-    pub(crate) fn time(&self) -> Arc<dyn Time> {
-        match self {
-            TimerClock::System => Arc::new(SystemClock),
-            TimerClock::Other(time) => Arc::clone(time),
+    /// The system clock.
+    pub(crate) fn system() -> TimerClock {
+        TimerClock {
+            time: Arc::new(SystemClock),
+            system: true,
+        }
+    }
+
+    /// A caller's clock.
+    pub(crate) fn of(time: Arc<dyn Time>) -> TimerClock {
+        TimerClock {
+            time,
+            system: false,
         }
     }
 
     /// [`hi_res_clock_ms_ceil`]: the millisecond of an `add`, never early.
     #[inline]
     pub(crate) fn ms_ceil(&self) -> i64 {
-        match self {
-            TimerClock::System => clock::ms_ceil() as i64,
-            TimerClock::Other(time) => hi_res_clock_ms_ceil(&**time),
+        match self.system {
+            true => clock::ms_ceil() as i64,
+            false => hi_res_clock_ms_ceil(&*self.time),
         }
     }
 
     /// [`Time::nanoseconds_wide`].
     #[inline]
     pub(crate) fn now_ns(&self) -> i128 {
-        match self {
-            TimerClock::System => i128::from(clock::now_ns()),
-            TimerClock::Other(time) => time.nanoseconds_wide(),
+        match self.system {
+            true => i128::from(clock::now_ns()),
+            false => self.time.nanoseconds_wide(),
         }
     }
 }

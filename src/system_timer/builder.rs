@@ -52,7 +52,7 @@ impl SystemTimerBuilder {
             tick_ms: 1,
             wheel_size: 20,
             start_ms: None,
-            clock: TimerClock::System,
+            clock: TimerClock::system(),
             flusher: Flusher::default(),
             max_pending: None,
             executor: ExecutorKind::Threads(1),
@@ -334,7 +334,7 @@ impl SystemTimerBuilder {
 
     /// Sets the clock the timer runs on (default [`SystemClock`](crate::SystemClock)).
     pub fn time(mut self, time: impl Time + 'static) -> Self {
-        self.clock = TimerClock::Other(Arc::new(time));
+        self.clock = TimerClock::of(Arc::new(time));
         self
     }
 
@@ -358,7 +358,7 @@ impl SystemTimerBuilder {
     /// timers alive together.
     #[track_caller]
     pub fn build(self) -> SystemTimer {
-        let time = self.clock.time();
+        let time = Arc::clone(&self.clock.time);
         let now_ms = time.hi_res_clock_ms();
         // A wheel ahead of its clock would take tasks due before its start for expired
         // and run them early (Kafka does); start it at the clock instead.
@@ -402,7 +402,6 @@ impl SystemTimerBuilder {
                 limit,
             ),
             executor_name: self.executor_name,
-            time,
             clock: self.clock,
             delay_queue,
             timing_wheel,

@@ -133,8 +133,7 @@ use flush::{Expiring, Flusher, Parts, add_timer_task_entry};
 /// [`cancelled`]: TimerTaskEntry::cancelled
 pub struct SystemTimer {
     executor_name: String,
-    time: Arc<dyn Time>,
-    /// `time`, as `add` reads it.
+    /// Its clock: expirations are on it.
     clock: TimerClock,
     /// Lists by due time. Has its own lock.
     delay_queue: Arc<BucketQueue>,
@@ -616,7 +615,7 @@ impl SystemTimer {
             wheel: &self.timing_wheel,
             executor: &self.executor,
             closed: &self.closed,
-            time: &*self.time,
+            time: &*self.clock.time,
         }
     }
 
@@ -760,7 +759,7 @@ impl Timer for SystemTimer {
     }
 
     fn clock(&self) -> Arc<dyn Time> {
-        Arc::clone(&self.time)
+        Arc::clone(&self.clock.time)
     }
 }
 
