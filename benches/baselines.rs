@@ -8,7 +8,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -95,13 +96,12 @@ pub(crate) trait Queue: Default + Send + Sized + 'static {
 
 /// A `Mutex<Q>` timer: adds push under the mutex (waking the driver if the new item is
 /// first); the driver waits on a condition variable for the first item's due time and runs
-/// expired tasks itself. On the system clock, or on a `MockTime` ([`Locked::on`]), where
-/// `advance_clock` waits for nothing: that clock moves only when the caller moves it.
+/// expired tasks itself.
+#[derive(Default)]
 pub(crate) struct Locked<Q> {
     /// The queue, and the next add's sequence number.
     queue: Mutex<(Q, u64)>,
     available: Condvar,
-    time: Option<Arc<dyn Time>>,
     /// Cancelled items still in the queue (the heap's lazy cancellation).
     cancelled: AtomicUsize,
 }
@@ -116,21 +116,7 @@ pub(crate) type BTreeTimer = Locked<BTreeMap<(i64, u64), Box<dyn TimerTask>>>;
 
 impl<Q: Queue> Locked<Q> {
     pub(crate) fn new() -> Locked<Q> {
-        Locked {
-            queue: Mutex::default(),
-            available: Condvar::new(),
-            time: None,
-            cancelled: AtomicUsize::new(0),
-        }
-    }
-
-    /// A timer on `time` instead of the system clock.
-    pub(crate) fn on(time: Arc<dyn Time>) -> Locked<Q> {
-        Locked { time: Some(time), ..Locked::new() }
-    }
-
-    fn now_ns(&self) -> i64 {
-        self.time.as_ref().map_or_else(|| SystemClock.nanoseconds(), |time| time.nanoseconds())
+        Locked::default()
     }
 }
 
@@ -139,7 +125,7 @@ impl<Q: Queue> BenchTimer for Locked<Q> {
 
     fn add(&self, task: Box<dyn TimerTask>) -> Q::Handle {
         // Never due before the instant of the add plus the delay.
-        let due_ns = self.now_ns() + task.delay_ms() * 1_000_000;
+        let due_ns = SystemClock.nanoseconds() + task.delay_ms() * 1_000_000;
         let mut queue = self.queue.lock().unwrap();
         let key = (due_ns, queue.1);
         queue.1 += 1;
@@ -168,7 +154,7 @@ impl<Q: Queue> BenchTimer for Locked<Q> {
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(0) as u64);
         let mut queue = self.queue.lock().unwrap();
         loop {
-            let now = self.now_ns();
+            let now = SystemClock.nanoseconds();
             let mut due = Vec::new();
             while queue.0.first().is_some_and(|(due_ns, _)| due_ns <= now) {
                 due.extend(queue.0.pop(&self.cancelled));
@@ -179,13 +165,14 @@ impl<Q: Queue> BenchTimer for Locked<Q> {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.time.is_some() {
+            if left.is_zero() {
                 return false;
             }
             let until_first = queue.0.first().map_or(left, |(due_ns, _)| {
-                Duration::from_nanos((due_ns - self.now_ns()).max(0) as u64)
+                Duration::from_nanos((due_ns - SystemClock.nanoseconds()).max(0) as u64)
             });
-            queue = self.available.wait_timeout(queue, until_first.min(left)).unwrap().0;
+            let wait = until_first.min(left);
+            queue = self.available.wait_timeout(queue, wait).unwrap().0;
         }
     }
 }
@@ -226,9 +213,9 @@ impl Queue for BinaryHeap<Reverse<HeapItem>> {
     }
     fn pop(&mut self, cancelled: &AtomicUsize) -> Option<Box<dyn TimerTask>> {
         let Reverse(HeapItem(_, state, task)) = BinaryHeap::pop(self)?;
-        let fires = state.compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire);
+        let fires = state.compare_exchange(PENDING, FIRED, AcqRel, Acquire);
         if fires.is_err() {
-            cancelled.fetch_sub(1, Ordering::Relaxed);
+            cancelled.fetch_sub(1, Relaxed);
         }
         fires.is_ok().then_some(task)
     }
@@ -236,17 +223,17 @@ impl Queue for BinaryHeap<Reverse<HeapItem>> {
         BinaryHeap::len(self)
     }
     fn cancel(timer: &HeapTimer, state: &Arc<AtomicU8>) -> bool {
-        let won = state.compare_exchange(PENDING, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
+        let won = state.compare_exchange(PENDING, CANCELLED, AcqRel, Acquire);
         if won.is_ok() {
-            timer.cancelled.fetch_add(1, Ordering::Relaxed);
+            timer.cancelled.fetch_add(1, Relaxed);
         }
         won.is_ok()
     }
     fn maintain(timer: &HeapTimer) {
         let mut queue = timer.queue.lock().unwrap();
-        if timer.cancelled.load(Ordering::Relaxed) * 2 > queue.0.len() {
-            queue.0.retain(|item| item.0.1.load(Ordering::Acquire) == PENDING);
-            timer.cancelled.store(0, Ordering::Relaxed);
+        if timer.cancelled.load(Relaxed) * 2 > queue.0.len() {
+            queue.0.retain(|item| item.0.1.load(Acquire) == PENDING);
+            timer.cancelled.store(0, Relaxed);
         }
     }
 }
@@ -330,5 +317,8 @@ impl BenchTimer for TokioTimer {
 /// A current-thread tokio runtime with the timer enabled, for tokio-util's `DelayQueue`
 /// (its `insert` arms a `Sleep`, which needs a runtime context).
 pub(crate) fn tokio_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_time().build().expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
 }

@@ -13,10 +13,8 @@ use timingwheel::{KeyedTimer, SystemTimer, Timer, TimerTaskEntry, timer_task};
 use tokio_util::time::{DelayQueue, delay_queue::Key};
 
 use crate::baselines::{self, BTreeTimer, HeapTimer, TokioTimer, task, tokio_runtime};
-use crate::harness::{
-    Rng, SEED, case, delays, in_child, list, median, ns_per, on_threads, param, report, shuffled,
-    table,
-};
+use crate::harness::{Rng, SEED, alternating, case, delays, in_child, list, median, names};
+use crate::harness::{ns_per, on_threads, param, report, shuffled, table};
 
 /// The task a user adds: a closure that captures an `Arc`.
 type Task = Box<dyn FnOnce() + Send>;
@@ -57,7 +55,8 @@ impl Peer for Wheel {
         handle.cancel()
     }
     fn reschedule(&mut self, handle: &mut TimerTaskEntry, delay_ms: u64) {
-        assert!(self.0.reschedule(handle, delay_ms as i64), "a pending timer moves");
+        let moved = self.0.reschedule(handle, delay_ms as i64);
+        assert!(moved, "a pending timer moves");
     }
 }
 
@@ -94,7 +93,8 @@ impl Peer for Nexus {
     }
     fn reschedule(&mut self, handle: &mut Self::Handle, delay_ms: u64) {
         let deadline = Instant::now() + Duration::from_millis(delay_ms);
-        *handle = Some(self.0.reschedule(handle.take().expect("a handle"), deadline));
+        let old = handle.take().expect("a handle");
+        *handle = Some(self.0.reschedule(old, deadline));
     }
 }
 
@@ -159,7 +159,7 @@ fn run<P: Peer>(peer: &mut P, n: usize) -> Vec<f64> {
         let new = peer.add(delay(&mut rng), &shared);
         black_box(peer.cancel(std::mem::replace(&mut pending[k % n], new)));
     });
-    pending.into_iter().for_each(|handle| _ = peer.cancel(handle));
+    pending.into_iter().for_each(|h| _ = peer.cancel(h));
     vec![add, add_cancel, in_order, random, cancel_add]
 }
 
@@ -177,7 +177,10 @@ pub(crate) fn everyday() {
         return report(&match peer.as_str() {
             "wheel" => run(&mut Wheel(SystemTimer::new("everyday")), n),
             "tokio-util" => run(&mut TokioUtil(DelayQueue::new()), n),
-            "nexus" => run(&mut Nexus(nexus_timer::Wheel::unbounded(4096, Instant::now())), n),
+            "nexus" => run(
+                &mut Nexus(nexus_timer::Wheel::unbounded(4096, Instant::now())),
+                n,
+            ),
             "btree" => run(&mut Shared(BTreeTimer::new()), n),
             "heap" => run(&mut Shared(HeapTimer::new()), n),
             other => panic!("unknown peer {other:?} (wheel, tokio-util, nexus, btree, heap)"),
@@ -186,12 +189,14 @@ pub(crate) fn everyday() {
     let peers: Vec<String> = list("peers", "wheel,tokio-util,nexus", "wheel,tokio-util,nexus");
     let rounds = param("rounds", 3, 1);
     println!("N = {n} pending, handles kept; ns per operation (the median chunk of 10^4 but add)");
-    let figures: Vec<Vec<Vec<f64>>> =
-        (0..rounds).map(|_| peers.iter().map(|peer| in_child(peer)).collect()).collect();
+    let round = |_| peers.iter().map(|peer| in_child(peer)).collect();
+    let figures: Vec<Vec<Vec<f64>>> = (0..rounds).map(round).collect();
     let sides: Vec<&str> = peers.iter().map(String::as_str).collect();
     for (op, title) in OPS.iter().enumerate() {
-        let runs: Vec<Vec<f64>> =
-            figures.iter().map(|r| r.iter().map(|f| f[op]).collect()).collect();
+        let runs: Vec<Vec<f64>> = figures
+            .iter()
+            .map(|r| r.iter().map(|f| f[op]).collect())
+            .collect();
         table(title, &sides, &runs, true);
     }
 }
@@ -219,8 +224,9 @@ pub(crate) fn add_parts() {
         ]
     };
     let figures: Vec<Vec<f64>> = (0..runs).map(run).collect();
-    let parts = ["the clock read", "the task's box", "a mutex", "add, boxed before", "cancel"];
-    table(&format!("N = {n} pending: ns per call (10^4 calls a run)"), &parts, &figures, false);
+    let parts = names("the clock read | the task's box | a mutex | add, boxed before | cancel");
+    let title = format!("N = {n} pending: ns per call (10^4 calls a run)");
+    table(&title, &parts, &figures, false);
 }
 
 /// Thread scaling: add + cancel pairs from 1, 2, 4, ... `threads` threads (default: the
@@ -233,57 +239,52 @@ pub(crate) fn threads() {
     let most = param("threads", cpus, cpus);
     let mut counts: Vec<usize> = (0..).map(|s| 1 << s).take_while(|&t| t < most).collect();
     counts.push(most);
-    let (runs, rounds, table_ms) =
-        (param("runs", 3, 1), param("rounds", 20, 3), delays(1 << 16, 1, 30_000));
-    let (wheel, heap, btree, tokio) =
-        (SystemTimer::new("threads"), HeapTimer::new(), BTreeTimer::new(), TokioTimer::new());
-    let _kept = (populate(&wheel), populate(&heap), populate(&btree), populate(&tokio));
-    let rate = |t: usize, wall: Duration| (t * rounds * 10_000) as f64 / wall.as_secs_f64() / 1e6;
+    let runs = param("runs", 3, 1);
+    let wheel = SystemTimer::new("threads");
+    let (heap, btree, tokio) = (HeapTimer::new(), BTreeTimer::new(), TokioTimer::new());
+    let _kept = (populate(&wheel), populate(&heap));
+    let _also = (populate(&btree), populate(&tokio));
     let mut rates = vec![Vec::new(); counts.len()];
     for _ in 0..runs {
         for (at, &t) in counts.iter().enumerate() {
-            let walls = [
-                pairs(&wheel, t, rounds, &table_ms),
-                pairs(&heap, t, rounds, &table_ms),
-                pairs(&btree, t, rounds, &table_ms),
-                pairs(&tokio, t, rounds, &table_ms),
-            ];
-            rates[at].push(walls.map(|wall| rate(t, wall)).to_vec());
+            let first = [pairs(&wheel, t), pairs(&heap, t)];
+            rates[at].push([first, [pairs(&btree, t), pairs(&tokio, t)]].concat());
         }
     }
     let sides = ["wheel", "heap", "btree", "tokio-util (Mutex)"];
     for (at, t) in counts.iter().enumerate() {
-        table(&format!("{t} threads: M add + cancel pairs/s"), &sides, &rates[at], true);
+        let title = format!("{t} threads: M add + cancel pairs/s");
+        table(&title, &sides, &rates[at], true);
     }
     let names: Vec<String> = counts.iter().map(|t| format!("{t} threads / 1")).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let scaling = (0..runs).map(|r| rates.iter().map(|at| at[r][0] / rates[0][r][0]).collect());
-    table("the wheel's scaling", &names, &scaling.collect::<Vec<_>>(), false);
+    let scaling: Vec<Vec<f64>> = scaling.collect();
+    table("the wheel's scaling", &names, &scaling, false);
 }
 
 /// 10^5 pending timers on `timer`.
 fn populate<T: baselines::BenchTimer>(timer: &T) -> Vec<T::Handle> {
     let _context = timer.enter();
-    delays(100_000, 1, 30_000).into_iter().map(|delay| timer.add(task(delay))).collect()
+    let delays = delays(100_000, 1, 30_000);
+    delays.into_iter().map(|d| timer.add(task(d))).collect()
 }
 
-/// `threads` threads each adding then cancelling `rounds` chunks of 10^4; the wall time.
-fn pairs<T: baselines::BenchTimer>(
-    timer: &T,
-    threads: usize,
-    rounds: usize,
-    table: &[i64],
-) -> Duration {
+/// `threads` threads each adding then cancelling `rounds=` chunks of 10^4; M pairs/s.
+fn pairs<T: baselines::BenchTimer>(timer: &T, threads: usize) -> f64 {
+    let (rounds, table) = (param("rounds", 20, 3), delays(1 << 16, 1, 30_000));
     let wall = on_threads(threads, |t| {
         let _context = timer.enter();
         let mut handles = Vec::with_capacity(10_000);
         for at in (0..rounds).map(|round| t * 7919 + round * 10_000) {
             handles.extend((at..at + 10_000).map(|i| timer.add(task(table[i % table.len()]))));
-            handles.drain(..).for_each(|handle| _ = black_box(timer.cancel(&handle)));
+            for handle in handles.drain(..) {
+                black_box(timer.cancel(&handle));
+            }
         }
     });
     timer.maintain();
-    wall
+    (threads * rounds * 10_000) as f64 / wall.as_secs_f64() / 1e6
 }
 
 /// A shard's stand-in: a mutex around its slots.
@@ -296,7 +297,7 @@ struct Shard(Mutex<Vec<[u64; 4]>>);
 /// the wheel plus the shard's own mutex (two locks). ns per add's locking, per thread.
 pub(crate) fn locks() {
     let (runs, iters) = (param("runs", 7, 3), param("iters", 2_000_000, 200_000));
-    let shards: Vec<Shard> = (0..16).map(|_| Shard(Mutex::new(vec![[0; 4]; 1024]))).collect();
+    let shards: [Shard; 16] = std::array::from_fn(|_| Shard(Mutex::new(vec![[0; 4]; 1024])));
     let wheel = RwLock::new(1u64);
     let own = |t: usize, i: usize| shards[t % 16].0.lock()[i % 1024] = [i as u64, 1, 0, 0];
     let rwlock = |t: usize, i: usize| {
@@ -309,8 +310,14 @@ pub(crate) fn locks() {
     };
     let sides = ["own striped lock", "RwLock read + mutex"];
     for t in list::<usize>("threads", "1,2", "1,2") {
-        let figures: Vec<_> = (0..runs).map(|_| vec![ns(t, &own), ns(t, &rwlock)]).collect();
-        table(&format!("{t} threads: ns per add's locking, per thread"), &sides, &figures, true);
+        let run = |_| vec![ns(t, &own), ns(t, &rwlock)];
+        let title = format!("{t} threads: ns per add's locking, per thread");
+        table(
+            &title,
+            &sides,
+            &(0..runs).map(run).collect::<Vec<_>>(),
+            true,
+        );
     }
 }
 
@@ -336,7 +343,9 @@ fn counted_add(wheel: &mut Wheel, shared: &Arc<u64>, rng: &mut Rng, out: &mut Ve
 /// `cancel`, the task's free included.
 #[inline(never)]
 fn counted_cancel(handles: &mut Vec<TimerTaskEntry>) {
-    handles.drain(..).for_each(|handle| _ = black_box(handle.cancel()));
+    for handle in handles.drain(..) {
+        black_box(handle.cancel());
+    }
 }
 
 #[inline(always)]
@@ -365,7 +374,9 @@ fn counted_nexus_add_cancel(wheel: &mut Nexus, shared: &Arc<u64>, rng: &mut Rng,
 /// `reschedule` of each handle, in key order, pushed back (a heartbeat).
 #[inline(never)]
 fn counted_reschedule(wheel: &mut Wheel, handles: &mut [TimerTaskEntry]) {
-    handles.iter_mut().for_each(|handle| wheel.reschedule(handle, 120_000));
+    handles
+        .iter_mut()
+        .for_each(|h| wheel.reschedule(h, 120_000));
 }
 
 /// `add` of a task already due: to the executor inside `add`.
@@ -377,26 +388,26 @@ fn counted_add_due(wheel: &mut Wheel, shared: &Arc<u64>, k: usize) {
 /// The run `instructions` counts in: N pending (handles kept) on each timer, then N
 /// operations of each kind.
 fn counted_run(n: usize) {
-    let (shared, mut rng) = (Arc::new(7), Rng::new(SEED));
+    let (arc, mut rng) = (Arc::new(7), Rng::new(SEED));
     let mut wheel = Wheel(SystemTimer::new("instructions"));
-    let mut pending: Vec<_> = (0..n).map(|_| wheel.add(delay(&mut rng), &shared)).collect();
-    counted_harness(&shared, &mut rng, n);
+    let mut pending: Vec<_> = (0..n).map(|_| wheel.add(delay(&mut rng), &arc)).collect();
+    counted_harness(&arc, &mut rng, n);
     let mut handles = Vec::with_capacity(10_000);
     for _ in 0..n / 10_000 {
-        counted_add(&mut wheel, &shared, &mut rng, &mut handles);
+        counted_add(&mut wheel, &arc, &mut rng, &mut handles);
         counted_cancel(&mut handles);
     }
-    counted_add_cancel(&mut wheel, &shared, &mut rng, n);
+    counted_add_cancel(&mut wheel, &arc, &mut rng, n);
     counted_reschedule(&mut wheel, &mut pending);
-    counted_add_due(&mut wheel, &shared, n);
+    counted_add_due(&mut wheel, &arc, n);
     let runtime = tokio_runtime();
     let _context = runtime.enter();
     let mut queue = TokioUtil(DelayQueue::new());
     let mut nexus = Nexus(nexus_timer::Wheel::unbounded(4096, Instant::now()));
-    let keys: Vec<_> = (0..n).map(|_| queue.add(delay(&mut rng), &shared)).collect();
-    let kept: Vec<_> = (0..n).map(|_| nexus.add(delay(&mut rng), &shared)).collect();
-    counted_tokio_add_cancel(&mut queue, &shared, &mut rng, n);
-    counted_nexus_add_cancel(&mut nexus, &shared, &mut rng, n);
+    let keys: Vec<_> = (0..n).map(|_| queue.add(delay(&mut rng), &arc)).collect();
+    let kept: Vec<_> = (0..n).map(|_| nexus.add(delay(&mut rng), &arc)).collect();
+    counted_tokio_add_cancel(&mut queue, &arc, &mut rng, n);
+    counted_nexus_add_cancel(&mut nexus, &arc, &mut rng, n);
     black_box((&pending, &keys, &kept));
     // Skips the drops: they are not counted.
     std::process::exit(0);
@@ -410,7 +421,10 @@ pub(crate) fn instructions() {
     if case().is_some() {
         return counted_run(n);
     }
-    let params: Vec<String> = std::env::args().skip(1).filter(|arg| arg.contains('=')).collect();
+    let params: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| arg.contains('='))
+        .collect();
     let count = |function: &str| {
         let out = std::env::temp_dir().join(format!("callgrind.{function}.{}", std::process::id()));
         let run = std::process::Command::new("valgrind")
@@ -424,15 +438,18 @@ pub(crate) fn instructions() {
             .expect("valgrind on the PATH");
         let _ = std::fs::remove_file(out);
         let stderr = String::from_utf8_lossy(&run.stderr);
-        let collected = stderr.lines().find_map(|line| line.split("Collected : ").nth(1));
-        collected.and_then(|v| v.trim().parse::<f64>().ok()).expect(&stderr) / n as f64
+        let collected = stderr.lines().find_map(|l| l.split("Collected : ").nth(1));
+        let count: f64 = collected.expect(&stderr).trim().parse().expect("a count");
+        count / n as f64
     };
     let functions: Vec<&str> = COUNTED.split(' ').collect();
     let counts: Vec<f64> = functions.iter().map(|function| count(function)).collect();
     let title = format!("N = {n}: instructions per operation");
     table(&title, &functions, std::slice::from_ref(&counts), false);
     let pairs = [counts[3], counts[6], counts[7]].to_vec();
-    table("add + cancel: instructions per pair", &["wheel", "tokio-util", "nexus"], &[pairs], true);
+    let sides = ["wheel", "tokio-util", "nexus"];
+    let title = "add + cancel: instructions per pair";
+    table(title, &sides, &[pairs], true);
 }
 
 /// One way to move session `i`'s timeout.
@@ -472,9 +489,10 @@ impl Heartbeat for TokioKeyed {
     }
 }
 
-/// One pass over `order`, the `k`-th heartbeat given `delays[(start + k) % len]`; ns each.
-fn pass(side: &dyn Heartbeat, order: &[usize], delays: &[i64], start: usize) -> f64 {
-    ns_per(order.len(), |k| side.beat(order[k], delays[(start + k) % delays.len()]))
+/// One pass over `order`, each heartbeat setting the session timeout (10 s) anew: a later
+/// deadline than the last one; ns each.
+fn pass(side: &dyn Heartbeat, order: &[usize]) -> f64 {
+    ns_per(order.len(), |k| side.beat(order[k], 10_000))
 }
 
 /// Session heartbeats: one timeout per session key, pushed back at every heartbeat to the
@@ -491,12 +509,10 @@ pub(crate) fn heartbeats() {
     let mut rng = Rng::new(SEED ^ 0x5E55);
     let ids: Arc<Vec<u64>> = Arc::new((0..n).map(|_| rng.next_u64()).collect());
     let (delays, runtime) = (delays(1 << 16, 1, 10_000), tokio_runtime());
-    // Every heartbeat sets the session timeout anew: a later deadline than the last one.
-    let timeouts = [10_000];
     let _context = runtime.enter();
-    let keyed =
-        |replace| Keyed(KeyedTimer::new(Arc::new(SystemTimer::new("keyed"))), ids.clone(), replace);
-    let (by_key, by_schedule) = (keyed(false), keyed(true));
+    let keyed = || KeyedTimer::new(Arc::new(SystemTimer::new("keyed")));
+    let by_key = Keyed(keyed(), ids.clone(), false);
+    let by_schedule = Keyed(keyed(), ids.clone(), true);
     let queue = (DelayQueue::with_capacity(n), HashMap::with_capacity(n));
     let tokio = TokioKeyed(Mutex::new(queue), ids.clone());
     let (timer, plain) = (SystemTimer::new("plain"), Mutex::new(Vec::with_capacity(n)));
@@ -513,42 +529,39 @@ pub(crate) fn heartbeats() {
     });
     let mut handles = plain.into_inner();
     handles.sort_by_key(|(i, _)| *i);
-    let plain = Plain(timer, handles.into_iter().map(|(_, handle)| handle).collect());
+    let plain = Plain(timer, handles.into_iter().map(|(_, h)| h).collect());
     let sides: [&dyn Heartbeat; 4] = [&by_key, &tokio, &plain, &by_schedule];
-    let names =
-        ["KeyedTimer::reschedule", "tokio-util reset", "Timer::reschedule", "KeyedTimer::schedule"];
-    let order = shuffled(n, SEED);
-    sides.iter().for_each(|side| _ = pass(*side, &order, &timeouts, 0));
-    let alternating = |round: usize, measure: &dyn Fn(&dyn Heartbeat) -> f64| {
-        let mut figures = vec![0.0; sides.len()];
-        for s in (0..sides.len()).map(|k| (round + k) % sides.len()) {
-            figures[s] = measure(sides[s]);
-        }
-        figures
-    };
-    let ns = (0..rounds)
-        .map(|round| alternating(round, &|side| pass(side, &order, &timeouts, round * n)));
-    table(
-        &format!("{n} sessions in random order: ns per heartbeat"),
-        &names,
-        &ns.collect::<Vec<_>>(),
-        true,
+    let labels = names(
+        "KeyedTimer::reschedule | tokio-util reset | Timer::reschedule | KeyedTimer::schedule",
     );
+    let order = shuffled(n, SEED);
+    for side in sides {
+        pass(side, &order);
+    }
+    let ns = (0..rounds).map(|r| alternating(r, 4, |s| pass(sides[s], &order)));
+    let title = format!("{n} sessions in random order: ns per heartbeat");
+    table(&title, &labels, &ns.collect::<Vec<_>>(), true);
     let all: Vec<usize> = (0..n).collect();
-    let in_key_order = [sides.iter().map(|side| pass(*side, &all, &timeouts, 7)).collect()];
-    table("in key order, one round: ns per heartbeat", &names, &in_key_order, true);
-    let half = |t: usize| shuffled(n / 2, SEED + t as u64).into_iter().map(|k| 2 * k + t).collect();
+    let in_key_order = [sides.map(|side| pass(side, &all)).to_vec()];
+    let title = "in key order, one round: ns per heartbeat";
+    table(title, &labels, &in_key_order, true);
+    let half = |t: usize| {
+        shuffled(n / 2, SEED + t as u64)
+            .into_iter()
+            .map(|k| 2 * k + t)
+            .collect()
+    };
     let halves: [Vec<usize>; 2] = [half(0), half(1)];
     let two_threads = |side: &dyn Heartbeat| {
         let wall = on_threads(2, |t| {
             let _context = runtime.enter();
-            for p in 0..passes {
-                pass(side, &halves[t], &timeouts, (t * passes + p) * n / 2);
+            for _ in 0..passes {
+                pass(side, &halves[t]);
             }
         });
         (passes * n) as f64 / wall.as_secs_f64() / 1e6
     };
-    let rates = (0..rounds).map(|round| alternating(round, &two_threads));
+    let rates = (0..rounds).map(|r| alternating(r, 4, |s| two_threads(sides[s])));
     let title = format!("two threads on disjoint halves, {passes} passes each: M heartbeats/s");
-    table(&title, &names, &rates.collect::<Vec<_>>(), true);
+    table(&title, &labels, &rates.collect::<Vec<_>>(), true);
 }

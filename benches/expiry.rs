@@ -1,29 +1,35 @@
-//! Expiry: timers expiring while more are added (`load`), an idle timer (`idle`), 30
-//! minutes on a `MockTime` (`mock30`), where expired tasks run (`executors`), what
-//! `next_expiration_ms` costs (`next_expiration`), and the purgatory (`purgatory`).
+//! Expiry: timers expiring while more are added (`load`), where expired tasks run
+//! (`executors`), the purgatory (`purgatory`), one driver for many timers
+//! (`shared_driver`), heartbeating sessions (`sessions`), and how late async sleeps wake on
+//! a busy runtime (`async_wakes`).
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use threadpool::ThreadPool;
-use timingwheel::crossbeam_channel;
-use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, MockTime, SystemTimer};
-use timingwheel::{SystemTimerReaper, Timer, TimerTask, TimerTaskEntry, send_task, timer_task};
+use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, TimerTaskEntry};
+use timingwheel::{Sleep, SystemTimer, SystemTimerReaper, Timer, TimerTask, WorkerTimer};
+use timingwheel::{crossbeam_channel, send_task, timer_task};
 
 use crate::baselines::{self, BTreeTimer, HeapTimer, TokioTimer, task};
 use crate::harness::{
-    Rng, SEED, case, in_child, list, ns_per, on_threads, param, percentile, process_cpu_ns, report,
-    rss_bytes, run_delay_ns, runs_table, table, thread_cpu_ns,
+    Rng, SEED, alternating, atomics, case, fmt, header, in_child, lateness, list, names,
+};
+use crate::harness::{
+    ns_per, on_threads, param, proc_field, report, row, run_delay_ns, runs_table, table,
 };
 
 /// ns since the first call: the clock of the instants `load` records.
 fn since_origin_ns(at: Instant) -> i64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    at.duration_since(*ORIGIN.get_or_init(Instant::now)).as_nanos() as i64
+    at.duration_since(*ORIGIN.get_or_init(Instant::now))
+        .as_nanos() as i64
 }
 
 /// What the probes of a `load` run record (one run per process): each one's deadline and
@@ -40,11 +46,11 @@ fn ran(probe: u32) {
     let records = RECORDS.get().expect("records set up");
     let now = since_origin_ns(Instant::now());
     if probe != NO_PROBE {
-        let deadline = records.0[probe as usize].load(Ordering::Relaxed);
-        records.1[probe as usize].store(now - deadline, Ordering::Relaxed);
+        let deadline = records.0[probe as usize].load(Relaxed);
+        records.1[probe as usize].store(now - deadline, Relaxed);
     }
-    records.3.fetch_max(now, Ordering::Relaxed);
-    records.2.fetch_add(1, Ordering::Release);
+    records.3.fetch_max(now, Relaxed);
+    records.2.fetch_add(1, Release);
 }
 
 /// The `light` task: its delay and its probe number, eight bytes.
@@ -72,13 +78,17 @@ fn add_all<T: baselines::BenchTimer>(timer: &T, kind: &str, delays: &[u32]) -> (
     let (mut long_adds, mut last_deadline_ns, mut waited_ns) = (0, 0, run_delay_ns());
     let start = Instant::now();
     for (i, &delay_ms) in delays.iter().enumerate() {
-        let probe = if i % every == 0 { (i / every) as u32 } else { NO_PROBE };
+        let probe = if i % every == 0 {
+            (i / every) as u32
+        } else {
+            NO_PROBE
+        };
         let boxing = Instant::now();
         let task: Box<dyn TimerTask> = match kind {
             "arc" => {
                 let shared = Arc::clone(&shared);
                 timer_task(i64::from(delay_ms), move || {
-                    shared.fetch_add(1, Ordering::Relaxed);
+                    shared.fetch_add(1, Relaxed);
                     ran(probe);
                 })
             }
@@ -88,7 +98,7 @@ fn add_all<T: baselines::BenchTimer>(timer: &T, kind: &str, delays: &[u32]) -> (
         longest[2] = longest[2].max(before - boxing);
         let deadline_ns = since_origin_ns(before) + i64::from(delay_ms) * 1_000_000;
         if probe != NO_PROBE {
-            records.0[probe as usize].store(deadline_ns, Ordering::Relaxed);
+            records.0[probe as usize].store(deadline_ns, Relaxed);
         }
         timer.add(task);
         let took = before.elapsed();
@@ -118,9 +128,9 @@ fn add_all<T: baselines::BenchTimer>(timer: &T, kind: &str, delays: &[u32]) -> (
 /// p50, p99, max (ms), the early probes, and the last run after the last deadline (ms).
 fn load_run<T: baselines::BenchTimer>(timer: T, n: usize, kind: &str, driven: bool) -> Vec<f64> {
     let probes = n.div_ceil(if kind == "probe" { 1 } else { 100 });
-    let atomics = |v| (0..probes).map(|_| AtomicI64::new(v)).collect();
+    let (deadlines, late) = (atomics(probes, 0), atomics(probes, i64::MIN));
     let (done, last) = (AtomicUsize::new(0), AtomicI64::new(0));
-    let records = RECORDS.get_or_init(|| Records(atomics(0), atomics(i64::MIN), done, last));
+    let records = RECORDS.get_or_init(|| Records(deadlines, late, done, last));
     since_origin_ns(Instant::now());
     let spread_ms = (n / 1_000).max(1) as i64;
     let mut rng = Rng::new(SEED);
@@ -131,27 +141,24 @@ fn load_run<T: baselines::BenchTimer>(timer: T, n: usize, kind: &str, driven: bo
     let stop = AtomicBool::new(false);
     let (mut figures, last_deadline_ns) = thread::scope(|s| {
         s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
+            while !stop.load(Acquire) {
                 timer.advance_clock(200);
             }
         });
         let added = add_all(&timer, kind, &delays);
         let give_up = Instant::now() + Duration::from_millis(spread_ms as u64 + 60_000);
-        while records.2.load(Ordering::Acquire) < n && Instant::now() < give_up {
+        while records.2.load(Acquire) < n && Instant::now() < give_up {
             thread::sleep(Duration::from_millis(1));
         }
-        stop.store(true, Ordering::Release);
+        stop.store(true, Release);
         added
     });
-    let ran = records.2.load(Ordering::Acquire);
-    assert_eq!(ran, n, "only {ran} of {n} tasks ran a minute after the spread");
-    let mut late: Vec<i64> = records.1.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+    let ran = records.2.load(Acquire);
+    assert_eq!(ran, n, "{ran} of {n} ran within a minute of the spread");
+    let mut late: Vec<i64> = records.1.iter().map(|l| l.load(Relaxed)).collect();
     assert!(late.iter().all(|&l| l != i64::MIN), "a probe never ran");
-    late.sort_unstable();
-    let after_last = records.3.load(Ordering::Acquire) - last_deadline_ns;
-    figures.extend([0.5, 0.99, 1.0].map(|p| percentile(&late, p) as f64 / 1e6));
-    figures.push(late.iter().filter(|&&l| l < 0).count() as f64);
-    figures.push(after_last as f64 / 1e6);
+    figures.extend(lateness(&mut late, 1e6));
+    figures.push((records.3.load(Acquire) - last_deadline_ns) as f64 / 1e6);
     figures
 }
 
@@ -193,101 +200,10 @@ pub(crate) fn load() {
             driven.push(driven[0] / undriven[0]);
             driven
         };
-        let figures: Vec<_> = (0..runs).map(|_| timers.iter().map(run).collect()).collect();
+        let all = |_| timers.iter().map(run).collect();
+        let figures: Vec<_> = (0..runs).map(all).collect();
         runs_table(columns, &sides, &figures, &[6, 7, 1]);
     }
-}
-
-/// What an idle timer costs: 1,000 timers 60 s out, a driver looping `advance_clock(200)`;
-/// the process's CPU time over the window (`ms=`, 3 s), the wheel against the `BTreeMap`.
-pub(crate) fn idle() {
-    fn cpu_ms<T: baselines::BenchTimer>(timer: T, window: Duration) -> f64 {
-        let _handles: Vec<_> = (0..1_000).map(|_| timer.add(task(60_000))).collect();
-        let stop = AtomicBool::new(false);
-        thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(Ordering::Acquire) {
-                    timer.advance_clock(200);
-                }
-            });
-            // The driver's steady state first.
-            thread::sleep(Duration::from_millis(100));
-            let before = process_cpu_ns();
-            thread::sleep(window);
-            stop.store(true, Ordering::Release);
-            (process_cpu_ns() - before) as f64 / 1e6
-        })
-    }
-    let window = Duration::from_millis(param("ms", 3_000, 500));
-    let run = |_| vec![cpu_ms(SystemTimer::new("idle"), window), cpu_ms(BTreeTimer::new(), window)];
-    let figures: Vec<Vec<f64>> = (0..param("runs", 3, 1)).map(run).collect();
-    table(&format!("CPU ms over {window:?}"), &["wheel", "btree"], &figures, true);
-}
-
-/// A task that counts itself when it runs.
-struct Count(i64, Arc<AtomicUsize>);
-
-impl TimerTask for Count {
-    fn delay_ms(&self) -> i64 {
-        self.0
-    }
-    fn run(self: Box<Self>) {
-        self.1.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// One `mock30` run of `timer` on `time`: the figures `mock30` prints.
-fn mock30_run<T: baselines::BenchTimer>(timer: &T, time: &MockTime, n: usize) -> Vec<f64> {
-    const MINUTE_MS: i64 = 60_000;
-    let (ran, mut rng) = (Arc::new(AtomicUsize::new(0)), Rng::new(SEED));
-    let (rss0, start) = (rss_bytes() as f64, Instant::now());
-    for _ in 0..n {
-        let delay_ms = rng.range(25 * MINUTE_MS, 35 * MINUTE_MS);
-        drop(timer.add(Box::new(Count(delay_ms, Arc::clone(&ran)))));
-    }
-    let rss = (rss_bytes() as f64 - rss0) / n as f64;
-    let mut figures = vec![start.elapsed().as_secs_f64(), rss];
-    let (mut wall_ns, mut cpu_ns, first_cpu) = (Vec::new(), Vec::new(), thread_cpu_ns());
-    while ran.load(Ordering::Relaxed) < n {
-        assert!(wall_ns.len() < 36 * 60_000, "tasks still pending at 36 minutes");
-        time.sleep(1);
-        let (before_cpu, before) = (thread_cpu_ns(), Instant::now());
-        timer.advance_clock(0);
-        wall_ns.push(before.elapsed().as_nanos() as u64);
-        cpu_ns.push(thread_cpu_ns() - before_cpu);
-    }
-    let (driver_cpu_ns, total_wall) = (thread_cpu_ns() - first_cpu, wall_ns.iter().sum::<u64>());
-    figures.push(wall_ns.len() as f64);
-    for sorted in [&mut wall_ns, &mut cpu_ns] {
-        sorted.sort_unstable();
-        figures.extend([1.0, 0.999, 0.99].map(|p| percentile(sorted, p) as f64 / 1e3));
-    }
-    figures.extend([total_wall, driver_cpu_ns].map(|ns| ns as f64 / n as f64));
-    figures
-}
-
-/// The 30-minute scenario without waiting: N timers (10^7) added at once, delays uniform in
-/// 30 min ± 5 min, on a `MockTime` that a driver moves 1 ms at a time, calling
-/// `advance_clock(0)` after each step until every task ran. Each call timed by the wall clock
-/// (preemption included) and by the driver thread's CPU clock. The wheel against the
-/// `Mutex<BTreeMap>` on the same clock, each run a process of its own.
-pub(crate) fn mock30() {
-    let n = param("n", 10_000_000, 100_000);
-    if let Some(kind) = case() {
-        let time = MockTime::new();
-        let wheel = || SystemTimer::builder("mock30").time(time.clone()).build();
-        return report(&match kind.as_str() {
-            "wheel" => mock30_run(&wheel(), &time, n),
-            _ => mock30_run(&BTreeTimer::on(Arc::new(time.clone())), &time, n),
-        });
-    }
-    let columns = "add all s | RSS B/timer | steps | max wall µs | p99.9 wall µs \
-        | p99 wall µs | max CPU µs | p99.9 CPU µs | p99 CPU µs | advance_clock ns/timer \
-        | driver CPU ns/timer";
-    let run = |_| vec![in_child("wheel"), in_child("btree")];
-    let figures: Vec<Vec<Vec<f64>>> = (0..param("runs", 1, 1)).map(run).collect();
-    println!("N = {n}\n");
-    runs_table(columns, &["wheel", "btree"], &figures, &[3, 6, 10]);
 }
 
 /// `rounds` xorshift rounds: the work of one task in `executors`.
@@ -305,20 +221,23 @@ fn work(id: u64, rounds: u32) -> u64 {
 /// `case`'s executor; ns per task from the moment they are due to the last one's end.
 fn executors_run(case: &str, n: u64, rounds: u32) -> f64 {
     let builder = SystemTimer::builder("executors");
-    let pool = case.strip_prefix("threadpool-").map(|t| ThreadPool::new(t.parse().unwrap()));
+    let pool = case
+        .strip_prefix("threadpool-")
+        .map(|t| ThreadPool::new(t.parse().unwrap()));
     let timer = match case {
         "threads-1" | "send_task-4" => builder.build(),
         "threads-2" => builder.executor_threads(2).build(),
         "inline" => builder.executor(|job| job()).build(),
         "threads-1-bounded" => builder.max_in_flight(64).build(),
-        _ => builder.threadpool(pool.clone().expect("a known case")).build(),
+        _ => builder.threadpool(pool.clone().expect("a case")).build(),
     };
     let (ran, (tx, rx)) = (Arc::new(AtomicU64::new(0)), crossbeam_channel::unbounded());
     let took = thread::scope(|s| {
         for _ in 0..if case == "send_task-4" { 4 } else { 0 } {
             let (rx, ran) = (rx.clone(), &ran);
             s.spawn(move || {
-                rx.iter().for_each(|id| _ = (work(id, rounds), ran.fetch_add(1, Ordering::Relaxed)))
+                rx.iter()
+                    .for_each(|id| _ = (work(id, rounds), ran.fetch_add(1, Relaxed)))
             });
         }
         let due = Instant::now() + Duration::from_millis(21);
@@ -327,14 +246,14 @@ fn executors_run(case: &str, n: u64, rounds: u32) -> f64 {
             timer.add(match case {
                 "send_task-4" => send_task(20, tx.clone(), id),
                 _ => timer_task(20, move || {
-                    _ = (work(id, rounds), ran.fetch_add(1, Ordering::Relaxed))
+                    _ = (work(id, rounds), ran.fetch_add(1, Relaxed))
                 }),
             });
         }
         drop(tx);
         thread::sleep(due.saturating_duration_since(Instant::now()));
         let start = Instant::now();
-        while ran.load(Ordering::Acquire) < n {
+        while ran.load(Acquire) < n {
             timer.advance_clock(1);
         }
         start.elapsed()
@@ -355,75 +274,21 @@ pub(crate) fn executors() {
     let n = param("n", 200_000, 10_000);
     let works: Vec<u32> = list("work", "0", "0");
     if let Some(case) = case() {
-        return println!("{case}: {:.1} ns per task", executors_run(&case, n, works[0]));
+        let ns = executors_run(&case, n, works[0]);
+        return println!("{case}: {ns:.1} ns per task");
     }
-    let cases = ["threads-1", "threads-2", "threadpool-1", "threadpool-2", "inline"];
-    let cases = [&cases[..], &["threads-1-bounded", "send_task-4"]].concat();
+    let cases = names(
+        "threads-1 | threads-2 | threadpool-1 | threadpool-2 | inline | threads-1-bounded | send_task-4",
+    );
     for rounds in works {
         let work_ns = ns_per(20_000, |id| _ = work(id as u64, rounds));
-        let run = |_| cases.iter().map(|case| executors_run(case, n, rounds)).collect();
+        let run = |_| cases.iter().map(|c| executors_run(c, n, rounds)).collect();
         let figures: Vec<Vec<f64>> = (0..param("runs", 7, 1)).map(run).collect();
         let title = format!(
             "N = {n} due together, {rounds} rounds of work ({work_ns:.0} ns) each: ns per task"
         );
         table(&title, &cases, &figures, true);
     }
-}
-
-/// What a call of `next_expiration_ms` costs, on a `MockTime` (nothing expires): `uniform`,
-/// N timers 1-30,000 ms out (the earliest list holds N / 30,000); `far`, N timers about 1 h
-/// out (one coarse bucket holds all N); `held`, N tasks held by `max_in_flight(1)` behind a
-/// busy executor (all read) and 10^5 pending. ns per call: 7 runs of as many calls as fit in
-/// 50 ms each.
-pub(crate) fn next_expiration() {
-    let timer = |n: usize, lo: i64, hi: i64, held: bool| {
-        let time = MockTime::new();
-        let builder = SystemTimer::builder("next").time(time.clone());
-        let timer = if held { builder.max_in_flight(1) } else { builder }.build();
-        let (release, wait) = mpsc::channel::<()>();
-        let mut rng = Rng::new(SEED);
-        if held {
-            timer.add(timer_task(0, move || _ = wait.recv()));
-            (0..n).for_each(|_| _ = timer.add(timer_task(1, || {})));
-        }
-        let pending = if held { 100_000 } else { n };
-        (0..pending).for_each(|_| _ = timer.add(timer_task(rng.range(lo, hi), || {})));
-        if held {
-            time.sleep(1);
-            while timer.advance_clock(0) {}
-        }
-        (timer, release)
-    };
-    let ns_per_call = |(timer, release): (SystemTimer, mpsc::Sender<()>)| {
-        let expected = timer.next_expiration_ms();
-        assert!(expected.is_some());
-        let run = |_| {
-            let (start, mut calls) = (Instant::now(), 0);
-            while start.elapsed() < Duration::from_millis(50) {
-                (0..16).for_each(|_| assert_eq!(black_box(timer.next_expiration_ms()), expected));
-                calls += 16;
-            }
-            start.elapsed().as_nanos() as f64 / calls as f64
-        };
-        let runs = (0..7).map(run).collect::<Vec<f64>>();
-        drop(release);
-        timer.close();
-        runs
-    };
-    let mut cases: Vec<(String, Vec<f64>)> = Vec::new();
-    for n in list::<usize>("n", "1000,100000,1000000", "1000,100000") {
-        let read = n.div_ceil(30_000);
-        let uniform = ns_per_call(timer(n, 1, 30_000, false));
-        cases.push((format!("uniform {n} ({read} read)"), uniform));
-        let far = ns_per_call(timer(n, 3_600_000, 3_600_999, false));
-        cases.push((format!("far {n} ({n} read)"), far));
-    }
-    for n in [1_000, 10_000] {
-        cases.push((format!("held {n} ({n} read)"), ns_per_call(timer(n, 10, 30_000, true))));
-    }
-    let names: Vec<&str> = cases.iter().map(|(name, _)| name.as_str()).collect();
-    let runs: Vec<Vec<f64>> = (0..7).map(|r| cases.iter().map(|c| c.1[r]).collect()).collect();
-    table("ns per call (entries read per call)", &names, &runs, false);
 }
 
 /// Every purgatory operation's timeout: beyond the run, so completion always cancels it.
@@ -450,7 +315,7 @@ impl DelayedOperation for Produce {
         TIMEOUT_MS
     }
     fn try_complete(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.load(Acquire)
     }
     fn on_complete(&self) {
         black_box(self);
@@ -467,7 +332,7 @@ impl BenchPurgatory for DelayedOperationPurgatory<u64, Produce> {
         self.try_complete_else_watch(op, keys);
     }
     fn acknowledge(op: &Delayed<Produce>) {
-        op.operation().0.store(true, Ordering::Release);
+        op.operation().0.store(true, Release);
     }
     fn check_and_complete(&self, key: u64) -> usize {
         DelayedOperationPurgatory::check_and_complete(self, &key)
@@ -481,14 +346,19 @@ struct PlainOp(AtomicBool, AtomicBool, Mutex<Option<TimerTaskEntry>>);
 
 impl PlainOp {
     fn try_complete(&self) -> bool {
-        self.0.load(Ordering::Acquire) && self.complete()
+        self.0.load(Acquire) && self.complete()
     }
     fn complete(&self) -> bool {
-        if self.1.swap(true, Ordering::AcqRel) {
-            return false;
+        let first = !self.1.swap(true, AcqRel);
+        if first {
+            self.cancel_timeout();
         }
-        self.2.lock().unwrap().take().inspect(|entry| _ = entry.cancel());
-        true
+        first
+    }
+    fn cancel_timeout(&self) {
+        if let Some(entry) = self.2.lock().unwrap().take() {
+            entry.cancel();
+        }
     }
 }
 
@@ -505,21 +375,23 @@ impl BenchPurgatory for MutexPurgatory {
             return;
         }
         let mut watchers = self.0.lock().unwrap();
-        keys.iter().for_each(|key| watchers.entry(*key).or_default().push(Arc::clone(op)));
+        for key in keys {
+            watchers.entry(*key).or_default().push(Arc::clone(op));
+        }
         drop(watchers);
         if op.try_complete() {
             return;
         }
         let expiring = Arc::clone(op);
-        let entry = self.1.add(timer_task(TIMEOUT_MS, move || _ = expiring.complete()));
-        *op.2.lock().unwrap() = Some(entry);
+        let task = timer_task(TIMEOUT_MS, move || _ = expiring.complete());
+        *op.2.lock().unwrap() = Some(self.1.add(task));
         // Completed meanwhile: its timeout was not there to cancel.
-        if op.1.load(Ordering::Acquire) {
-            op.2.lock().unwrap().take().inspect(|entry| _ = entry.cancel());
+        if op.1.load(Acquire) {
+            op.cancel_timeout();
         }
     }
     fn acknowledge(op: &Arc<PlainOp>) {
-        op.0.store(true, Ordering::Release);
+        op.0.store(true, Release);
     }
     fn check_and_complete(&self, key: u64) -> usize {
         let mut watchers = self.0.lock().unwrap();
@@ -529,7 +401,7 @@ impl BenchPurgatory for MutexPurgatory {
         let mut completed = 0;
         list.retain(|op| {
             // Dropped once completed: by this check, or before it.
-            let was_completed = op.1.load(Ordering::Acquire);
+            let was_completed = op.1.load(Acquire);
             let completes = !was_completed && op.try_complete();
             completed += usize::from(completes);
             !was_completed && !completes
@@ -553,10 +425,10 @@ fn purgatory_rate<P: BenchPurgatory>(purgatory: &P, threads: usize, iters: u64) 
             P::acknowledge(&op);
             done += purgatory.check_and_complete(key);
         }
-        completed.fetch_add(done, Ordering::Relaxed);
+        completed.fetch_add(done, Relaxed);
     });
-    let ops = threads as u64 * iters;
-    assert_eq!(completed.into_inner() as u64, ops, "each operation completed by its check");
+    let (ops, completed) = (threads as u64 * iters, completed.into_inner() as u64);
+    assert_eq!(completed, ops, "each operation completed by its check");
     ops as f64 / wall.as_secs_f64() / 1e6
 }
 
@@ -570,12 +442,21 @@ pub(crate) fn purgatory() {
     let ours = DelayedOperationPurgatory::<u64, Produce>::new("bench", 0);
     let reaper = SystemTimerReaper::new("baseline-reaper", SystemTimer::new("baseline"));
     let baseline = MutexPurgatory(Mutex::default(), reaper);
-    for threads in list::<usize>("threads", "1,2", "1,2") {
-        let run =
-            |_| [purgatory_rate(&ours, threads, iters), purgatory_rate(&baseline, threads, iters)];
-        let figures: Vec<Vec<f64>> = (0..runs).map(|r| run(r).to_vec()).collect();
-        let sides = ["timingwheel", "Mutex<HashMap>"];
-        table(&format!("{threads} threads: M operations/s"), &sides, &figures, true);
+    let sides = ["timingwheel", "Mutex<HashMap>"];
+    for t in list::<usize>("threads", "1,2", "1,2") {
+        let run = |_| {
+            vec![
+                purgatory_rate(&ours, t, iters),
+                purgatory_rate(&baseline, t, iters),
+            ]
+        };
+        let figures: Vec<Vec<f64>> = (0..runs).map(run).collect();
+        table(
+            &format!("{t} threads: M operations/s"),
+            &sides,
+            &figures,
+            true,
+        );
     }
     assert_eq!(ours.num_delayed(), 0, "every timeout was cancelled");
     assert_eq!(baseline.1.size(), 0, "every baseline timeout was cancelled");
@@ -585,14 +466,11 @@ pub(crate) fn purgatory() {
 
 /// CPU ns of this process's threads whose name starts with `prefix` (`/proc/self/task`).
 fn threads_cpu_ns(prefix: &str) -> u64 {
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
-    let named = tasks.filter(|task| {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        comm.starts_with(prefix)
-    });
-    let stats =
-        named.filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok());
-    stats.filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok()).sum()
+    let dir = std::fs::read_dir("/proc/self/task");
+    let tasks = dir.into_iter().flatten().flatten().map(|task| task.path());
+    let comm = |task: &PathBuf| std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+    let named = tasks.filter(|task| comm(task).starts_with(prefix));
+    named.map(|t| proc_field(t.join("schedstat"), 0)).sum()
 }
 
 /// One `shared_driver` run: `timers` timers on one `SharedSystemTimerReaper` (`shared`) or
@@ -602,9 +480,8 @@ fn threads_cpu_ns(prefix: &str) -> u64 {
 /// the worst timer, the early probes, then the drivers' CPU ms over `idle` with every
 /// timer idle (1,000 tasks 60 s out each).
 fn shared_driver_run(shared: bool, timers: usize, n: usize, idle: Duration) -> Vec<f64> {
-    let probes: Vec<Vec<AtomicI64>> = (0..timers)
-        .map(|_| (0..n / timers / 10 + 1).map(|_| AtomicI64::new(i64::MIN)).collect())
-        .collect();
+    let per_timer = n / timers / 10 + 1;
+    let probes: Vec<_> = (0..timers).map(|_| atomics(per_timer, i64::MIN)).collect();
     let probes = Arc::new(probes);
     let reaper = shared.then(|| timingwheel::SharedSystemTimerReaper::new("driver-shared"));
     let all: Vec<Box<dyn Timer>> = (0..timers)
@@ -627,28 +504,28 @@ fn shared_driver_run(shared: bool, timers: usize, n: usize, idle: Duration) -> V
         all[t].add(timer_task(delay_ms, move || {
             if is_probe {
                 let late = since_origin_ns(Instant::now()) - due_ns;
-                probes[t][probe / 10].store(late, Ordering::Relaxed);
+                probes[t][probe / 10].store(late, Relaxed);
             }
-            ran.fetch_add(1, Ordering::Relaxed);
+            ran.fetch_add(1, Relaxed);
         }));
     }
     let give_up = Instant::now() + Duration::from_secs(60);
-    while ran.load(Ordering::Relaxed) < n && Instant::now() < give_up {
+    while ran.load(Relaxed) < n && Instant::now() < give_up {
         thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(ran.load(Ordering::Relaxed), n, "every task ran");
+    assert_eq!(ran.load(Relaxed), n, "every task ran");
     let mut figures = vec![threads, f64::NAN, f64::NAN, f64::NAN, 0.0];
     for timer in probes.iter() {
-        let mut late: Vec<i64> = timer.iter().map(|l| l.load(Ordering::Relaxed)).collect();
+        let mut late: Vec<i64> = timer.iter().map(|l| l.load(Relaxed)).collect();
         late.retain(|&l| l != i64::MIN);
-        late.sort_unstable();
-        for (at, p) in [(1, 0.5), (2, 0.99), (3, 1.0)] {
-            figures[at] = figures[at].max(percentile(&late, p) as f64 / 1e6);
-        }
-        figures[4] += late.iter().filter(|&&l| l < 0).count() as f64;
+        let late = lateness(&mut late, 1e6);
+        (1..4).for_each(|at| figures[at] = figures[at].max(late[at - 1]));
+        figures[4] += late[3];
     }
-    let _idle: Vec<_> =
-        all.iter().flat_map(|timer| (0..1_000).map(|_| timer.add(task(60_000)))).collect();
+    let _idle: Vec<_> = all
+        .iter()
+        .flat_map(|timer| (0..1_000).map(|_| timer.add(task(60_000))))
+        .collect();
     thread::sleep(Duration::from_millis(300));
     let before = threads_cpu_ns("driver-");
     thread::sleep(idle);
@@ -669,12 +546,12 @@ pub(crate) fn shared_driver() {
     if let Some(case) = case() {
         return report(&shared_driver_run(case == "shared", timers, n, idle));
     }
-    let runs: Vec<Vec<Vec<f64>>> = (0..param("runs", 3, 1))
-        .map(|_| ["shared", "owning"].iter().map(|side| in_child(side)).collect())
-        .collect();
+    let sides = ["shared", "owning"];
+    let run = |_| sides.map(in_child).to_vec();
+    let runs: Vec<_> = (0..param("runs", 3, 1)).map(run).collect();
     let columns =
         "threads | worst p50 ms | worst p99 ms | worst max ms | early | driver CPU ms idle";
-    runs_table(columns, &["shared", "owning"], &runs, &[0, 2, 3, 5]);
+    runs_table(columns, &sides, &runs, &[0, 2, 3, 5]);
 }
 
 /// A load that looks like sessions: `n=` (10^6) sessions on a `KeyedTimer` over a
@@ -686,38 +563,36 @@ pub(crate) fn shared_driver() {
 /// at most once each, however many heartbeats), and the silent sessions' lateness against
 /// their last heartbeat plus 10 s (p50, p99, max, ms; negative: early).
 pub(crate) fn sessions() {
-    let (n, secs) = (param("n", 1_000_000_usize, 20_000), param("secs", 60_u64, 12));
+    let (n, secs) = (param("n", 1_000_000, 20_000), param("secs", 60_u64, 12));
     let (beat_ms, timeout_ms, silent_until_ms) = (3_000_i64, 10_000_i64, secs as i64 * 500);
-    let reaper = Arc::new(SystemTimerReaper::new("sessions-driver", SystemTimer::new("sessions")));
+    let timer = SystemTimer::new("sessions");
+    let reaper = Arc::new(SystemTimerReaper::new("sessions-driver", timer));
     let timer = reaper.get_ref::<SystemTimer>().expect("a SystemTimer");
     let sessions = timingwheel::KeyedTimer::<u64>::new(reaper.clone());
     let (origin, mut rng) = (Instant::now(), Rng::new(SEED));
     let now_ns = move || origin.elapsed().as_nanos() as i64;
     // A silent session's last heartbeat, and when each session's timeout ran (ns).
-    let last_beat: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(0)).collect());
-    let fired: Arc<Vec<AtomicI64>> = Arc::new((0..n).map(|_| AtomicI64::new(i64::MIN)).collect());
+    let (last_beat, fired) = (atomics(n, 0), Arc::new(atomics(n, i64::MIN)));
     let silent_at: Vec<i64> = (0..n)
-        .map(|_| if rng.range(0, 49) == 0 { rng.range(0, silent_until_ms) } else { i64::MAX })
+        .map(|_| match rng.range(0, 49) {
+            0 => rng.range(0, silent_until_ms),
+            _ => i64::MAX,
+        })
         .collect();
     for i in 0..n {
         let fired = Arc::clone(&fired);
-        sessions.schedule(
-            i as u64,
-            timer_task(timeout_ms, move || {
-                fired[i].store(now_ns(), Ordering::Relaxed);
-            }),
-        );
-        last_beat[i].store(now_ns(), Ordering::Relaxed);
+        let task = timer_task(timeout_ms, move || fired[i].store(now_ns(), Relaxed));
+        sessions.schedule(i as u64, task);
+        last_beat[i].store(now_ns(), Relaxed);
     }
     let (cascades_before, cpu_before) = (timer.cascades(), threads_cpu_ns("sessions-driv"));
     let (start, mut beats) = (Instant::now(), 0_u64);
     for ms in 0..secs as i64 * 1_000 {
-        thread::sleep(
-            (start + Duration::from_millis(ms as u64)).saturating_duration_since(Instant::now()),
-        );
+        let at = start + Duration::from_millis(ms as u64);
+        thread::sleep(at.saturating_duration_since(Instant::now()));
         for i in (ms.rem_euclid(beat_ms) as usize..n).step_by(beat_ms as usize) {
             if ms < silent_at[i] && sessions.reschedule(&(i as u64), timeout_ms) {
-                last_beat[i].store(now_ns(), Ordering::Relaxed);
+                last_beat[i].store(now_ns(), Relaxed);
                 beats += 1;
             }
         }
@@ -727,32 +602,146 @@ pub(crate) fn sessions() {
     let cascades = (timer.cascades() - cascades_before) as f64;
     thread::sleep(Duration::from_millis(timeout_ms as u64 + 500));
     let silent: Vec<usize> = (0..n).filter(|&i| silent_at[i] != i64::MAX).collect();
-    let never = silent.iter().filter(|&&i| fired[i].load(Ordering::Relaxed) == i64::MIN).count();
+    let never = silent
+        .iter()
+        .filter(|&&i| fired[i].load(Relaxed) == i64::MIN)
+        .count();
     let mut late: Vec<i64> = silent
         .iter()
-        .map(|&i| fired[i].load(Ordering::Relaxed) - last_beat[i].load(Ordering::Relaxed))
+        .map(|&i| fired[i].load(Relaxed) - last_beat[i].load(Relaxed))
         .map(|ns| ns - timeout_ms * 1_000_000)
         .collect();
     // A live session expires only once its heartbeats stop with the run.
-    let fired_during = |i: usize| (0..end_ns).contains(&fired[i].load(Ordering::Relaxed));
-    let unexpected = (0..n).filter(|&i| silent_at[i] == i64::MAX && fired_during(i)).count();
-    late.sort_unstable();
-    let ms = |p| percentile(&late, p) as f64 / 1e6;
+    let fired_during = |i: usize| (0..end_ns).contains(&fired[i].load(Relaxed));
+    let unexpected = (0..n).filter(|&i| silent_at[i] == i64::MAX && fired_during(i));
     println!("\n{n} sessions, {secs} s, {} silent\n", late.len());
-    crate::harness::header(&["figure", "value"]);
+    let (late, per_session) = (lateness(&mut late, 1e6), cascades / n as f64 / wall * 10.0);
+    header(&["figure", "value"]);
     for (name, value) in [
         ("heartbeats/s", beats as f64 / wall),
         ("driver CPU ms per s", cpu_ms / wall),
         ("entries moved on by flushes per s", cascades / wall),
-        ("moves per session per 10 s", cascades / n as f64 / wall * 10.0),
-        ("silent lateness p50 ms", ms(0.5)),
-        ("silent lateness p99 ms", ms(0.99)),
-        ("silent lateness max ms", ms(1.0)),
+        ("moves per session per 10 s", per_session),
+        ("silent lateness p50 ms", late[0]),
+        ("silent lateness p99 ms", late[1]),
+        ("silent lateness max ms", late[2]),
         ("silent sessions never expired", never as f64),
-        ("early (negative lateness)", late.iter().filter(|&&l| l < 0).count() as f64),
-        ("live sessions that expired during the run", unexpected as f64),
+        ("early (negative lateness)", late[3]),
+        (
+            "live sessions that expired during the run",
+            unexpected.count() as f64,
+        ),
     ] {
-        crate::harness::row(&[name.to_owned(), crate::harness::fmt(value)]);
+        row(&[name.to_owned(), fmt(value)]);
     }
     reaper.close();
+}
+
+/// Lateness in µs of the task resumed `now`, due at `due` (negative: early).
+fn late_us(now: Instant, due: Instant) -> i64 {
+    match now.checked_duration_since(due) {
+        Some(late) => late.as_micros() as i64,
+        None => -((due - now).as_micros() as i64),
+    }
+}
+
+/// One `async_wakes` case in this process: wake lateness p50 and p99 (ms) of 1,000 tasks
+/// sleeping 10 ms in a loop on a 2-worker runtime, with the burst or not.
+fn wakes_case(kind: &str, burst: bool) -> Vec<f64> {
+    const SLEEP: Duration = Duration::from_millis(10);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let warm_up = Duration::from_millis(500);
+    let measured = Duration::from_millis(param("ms", 4_000, 1_000));
+    let work: u64 = param("work", 120, 120);
+    let (samples, stop) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let wheel = || Arc::new(SystemTimerReaper::new("reaper", SystemTimer::new("wakes")));
+    let reaper = (kind != "tokio").then(wheel);
+    runtime.block_on(async {
+        let timer: Option<Arc<dyn Timer>> = match (kind, &reaper) {
+            ("timingwheel+worker", Some(reaper)) => {
+                Some(Arc::new(WorkerTimer::new(Arc::clone(reaper))))
+            }
+            (_, Some(reaper)) => Some(Arc::clone(reaper) as _),
+            _ => None,
+        };
+        let record_from = Instant::now() + warm_up;
+        let mut tasks: Vec<_> = (0..1_000)
+            .map(|_| {
+                let (timer, samples, stop) =
+                    (timer.clone(), Arc::clone(&samples), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    while !stop.load(Relaxed) {
+                        let due = Instant::now() + SLEEP;
+                        match &timer {
+                            Some(timer) => Sleep::new(Arc::clone(timer), SLEEP).await,
+                            None => tokio::time::sleep(SLEEP).await,
+                        }
+                        if Instant::now() >= record_from {
+                            mine.push(late_us(Instant::now(), due));
+                        }
+                    }
+                    samples.lock().unwrap().extend(mine);
+                })
+            })
+            .collect();
+        if burst {
+            let stop = Arc::clone(&stop);
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Relaxed) {
+                    for i in 0..100_000u64 {
+                        // About `work` ns of work per task.
+                        tokio::spawn(async move {
+                            let mut x = i | 1;
+                            for _ in 0..work {
+                                x = black_box(x.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (x >> 29));
+                            }
+                        });
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }));
+        }
+        tokio::time::sleep(warm_up + measured).await;
+        stop.store(true, Relaxed);
+        for task in tasks {
+            task.await.expect("a sleeper panicked");
+        }
+    });
+    drop(runtime);
+    reaper.inspect(|reaper| reaper.close());
+    let mut late = std::mem::take(&mut *samples.lock().unwrap());
+    lateness(&mut late, 1e3)[..2].to_vec()
+}
+
+/// How late async sleeps wake on a busy tokio runtime: 1,000 tasks sleep 10 ms in a loop on a
+/// 2-worker runtime; with the burst, a task spawns 100,000 short tasks (`work=` steps, about
+/// 0.1 µs) every 50 ms, which overflow a worker's local queue into the global one, where a
+/// wake from outside the runtime waits behind them. Kinds: the crate's `Sleep` behind
+/// `WorkerTimer` (wakes from a worker), the plain `Sleep` (wakes from the timer's executor
+/// thread), tokio's own. 0.5 s warm-up, then 4 s measured (`ms=`); every case a process of
+/// its own, the kinds alternating.
+pub(crate) fn async_wakes() {
+    if let Some(case) = case() {
+        let (kind, load) = case.split_once(':').expect("kind:load");
+        return report(&wakes_case(kind, load == "burst"));
+    }
+    let kinds = ["timingwheel+worker", "timingwheel", "tokio"];
+    for load in ["burst", "quiet"] {
+        let run = |r| {
+            alternating(r, kinds.len(), |k| {
+                in_child(&format!("{}:{load}", kinds[k]))
+            })
+        };
+        let runs: Vec<_> = (0..param("runs", 3, 1)).map(run).collect();
+        println!("\n{load}: lateness of each wake, ms\n");
+        runs_table("median ms | p99 ms", &kinds, &runs, &[0, 1]);
+    }
 }

@@ -1,5 +1,5 @@
 //! What every workload runs in: its parameters, its child processes, its tables, the seeded
-//! delays and the readings of the process (RSS, CPU time).
+//! delays and the readings of `/proc` (RSS, CPU time, time waited for a CPU).
 //!
 //! A workload is a function, listed by name in `wheel.rs` or `memory.rs`. It takes its
 //! parameters from [`param`] and prints markdown tables: every run's figures, the
@@ -11,6 +11,7 @@
 
 use std::process::Command;
 use std::str::FromStr;
+use std::sync::atomic::AtomicI64;
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,8 +25,9 @@ static CURRENT: Mutex<&str> = Mutex::new("");
 pub(crate) fn main(workloads: &[Workload]) {
     // Cargo adds `--bench`; parameters are `key=value`.
     let args = std::env::args().skip(1);
-    let names: Vec<String> =
-        args.filter(|arg| !arg.starts_with('-') && !arg.contains('=')).collect();
+    let names: Vec<String> = args
+        .filter(|arg| !arg.starts_with('-') && !arg.contains('='))
+        .collect();
     if names.is_empty() {
         println!("cargo bench -p timingwheel-benches --bench BINARY -- WORKLOAD [key=value ...]:");
         workloads.iter().for_each(|(name, _)| println!("  {name}"));
@@ -59,7 +61,7 @@ pub(crate) fn param<T: FromStr>(key: &str, full: T, quick: T) -> T {
     let given = std::env::args().find_map(|arg| arg.strip_prefix(&prefix).map(str::to_owned));
     let given = given.or_else(|| std::env::var(format!("TIMINGWHEEL_{}", key.to_uppercase())).ok());
     match given {
-        Some(v) => v.parse().unwrap_or_else(|_| panic!("{key}={v}: not a valid value")),
+        Some(v) => parse(key, &v),
         None if self::quick() => quick,
         None => full,
     }
@@ -68,8 +70,12 @@ pub(crate) fn param<T: FromStr>(key: &str, full: T, quick: T) -> T {
 /// A comma-separated list parameter (see [`param`]).
 pub(crate) fn list<T: FromStr>(key: &str, full: &str, quick: &str) -> Vec<T> {
     let value: String = param(key, full.to_owned(), quick.to_owned());
-    let parse = |v: &str| v.parse().unwrap_or_else(|_| panic!("{key}: {v:?} is not valid"));
-    value.split(',').map(parse).collect()
+    value.split(',').map(|v| parse(key, v)).collect()
+}
+
+/// `v`, given for `key`, parsed.
+fn parse<T: FromStr>(key: &str, v: &str) -> T {
+    v.parse().unwrap_or_else(|_| panic!("bad {key}: {v}"))
 }
 
 /// The case this process was started to run as a child (`case=...`), if it was.
@@ -91,7 +97,7 @@ pub(crate) fn in_child(case: &str) -> Vec<f64> {
     assert!(out.status.success(), "case {case} failed: {stderr}");
     eprint!("{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout.split_whitespace().map(|v| v.parse().expect("a number")).collect()
+    stdout.split_whitespace().map(|v| parse(case, v)).collect()
 }
 
 /// Prints a child's figures for [`in_child`].
@@ -109,7 +115,12 @@ pub(crate) fn row<S: AsRef<str>>(cells: &[S]) {
 /// Prints a markdown table's header: the first column left-aligned, the others right.
 pub(crate) fn header<S: AsRef<str>>(columns: &[S]) {
     row(columns);
-    row(&(0..columns.len()).map(|i| if i == 0 { "---" } else { "--:" }).collect::<Vec<_>>());
+    row(&[&["---"][..], &vec!["--:"; columns.len() - 1]].concat());
+}
+
+/// The names in `list`, split at `|`.
+pub(crate) fn names(list: &str) -> Vec<&str> {
+    list.split('|').map(str::trim).collect()
 }
 
 /// `v` with two decimals (none for a whole number); `-` for NaN (a figure a side lacks).
@@ -128,7 +139,9 @@ pub(crate) fn table(title: &str, sides: &[&str], runs: &[Vec<f64>], ratios: bool
     println!("\n{title}\n");
     let others = if ratios { sides.len() } else { 1 };
     let mut columns: Vec<String> = ["run"].iter().chain(sides).map(|c| c.to_string()).collect();
-    columns.extend(sides[1..others].iter().map(|other| format!("{} / {other}", sides[0])));
+    for other in &sides[1..others] {
+        columns.push(format!("{} / {other}", sides[0]));
+    }
     header(&columns);
     let with_ratios = |run: &Vec<f64>| -> Vec<f64> {
         let ratios = run[1..others].iter().map(|other| run[0] / other);
@@ -136,10 +149,12 @@ pub(crate) fn table(title: &str, sides: &[&str], runs: &[Vec<f64>], ratios: bool
     };
     let all: Vec<Vec<f64>> = runs.iter().map(with_ratios).collect();
     let print = |label: String, figures: &[f64]| {
-        let cells = figures.iter().enumerate().map(|(i, &v)| match i < sides.len() {
-            _ if v.is_nan() => "-".to_owned(),
-            true => fmt(v),
-            false => format!("{v:.2}×"),
+        let cells = figures.iter().enumerate().map(|(i, &v)| {
+            if i < sides.len() || v.is_nan() {
+                fmt(v)
+            } else {
+                format!("{v:.2}×")
+            }
         });
         row(&[vec![label], cells.collect()].concat());
     };
@@ -156,17 +171,21 @@ pub(crate) fn table(title: &str, sides: &[&str], runs: &[Vec<f64>], ratios: bool
 /// columns' names in `columns`, split at `|`), then, for each column in `compare`, a
 /// [`table`] of that figure across the sides, with the ratios.
 pub(crate) fn runs_table(columns: &str, sides: &[&str], runs: &[Vec<Vec<f64>>], compare: &[usize]) {
-    let columns: Vec<&str> = columns.split('|').map(str::trim).collect();
+    let columns = names(columns);
     header(&[&["run", "side"], &columns[..]].concat());
     for (at, run) in runs.iter().enumerate() {
         for (side, figures) in sides.iter().zip(run) {
-            let cells = figures.iter().map(|&v| fmt(v));
-            row(&[vec![(at + 1).to_string(), side.to_string()], cells.collect()].concat());
+            let label = [(at + 1).to_string(), side.to_string()];
+            let cells: Vec<String> = figures.iter().map(|&v| fmt(v)).collect();
+            row(&[&label[..], &cells].concat());
         }
     }
     for &c in compare {
-        let figures = runs.iter().map(|run| run.iter().map(|side| side[c]).collect());
-        table(columns[c], sides, &figures.collect::<Vec<_>>(), true);
+        let figures: Vec<Vec<f64>> = runs
+            .iter()
+            .map(|run| run.iter().map(|side| side[c]).collect())
+            .collect();
+        table(columns[c], sides, &figures, true);
     }
 }
 
@@ -185,10 +204,19 @@ pub(crate) fn on_threads(threads: usize, work: impl Fn(usize) + Sync) -> Duratio
             })
         };
         let threads: Vec<_> = (0..threads).map(spawn).collect();
-        threads.into_iter().map(|thread| thread.join().unwrap()).collect()
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
     let start = spans.iter().map(|span| span.0).min().unwrap();
     spans.iter().map(|span| span.1).max().unwrap() - start
+}
+
+/// `of(side)` of each of `n` sides, from side `round % n` on, so that the sides take turns
+/// going first across rounds; the figures in side order.
+pub(crate) fn alternating<T>(round: usize, n: usize, mut of: impl FnMut(usize) -> T) -> Vec<T> {
+    let order = (0..n).map(|k| (round + k) % n);
+    let mut figures: Vec<_> = order.map(|side| (side, of(side))).collect();
+    figures.sort_by_key(|figure| figure.0);
+    figures.into_iter().map(|figure| figure.1).collect()
 }
 
 /// Times `k` calls of `op` (given its call number); ns per call.
@@ -252,41 +280,33 @@ pub(crate) fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
-/// Resident set size of this process in bytes, from `/proc/self/statm`.
-pub(crate) fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
-    pages * 4096
+/// Field `at` (from 0) of the `/proc` file `path`, a number; 0 where it cannot be read.
+pub(crate) fn proc_field(path: impl AsRef<std::path::Path>, at: usize) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let field = text.split_whitespace().nth(at);
+    field.map_or(0, |v| v.parse().unwrap_or(0))
 }
 
-/// Process CPU time (all live threads) in ns, from `/proc/self/task/*/schedstat`: take both
-/// readings while the threads of interest are alive.
-pub(crate) fn process_cpu_ns() -> u64 {
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten();
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+/// `late` sorted, in `unit`s: p50, p99, max; then how many are early (negative).
+pub(crate) fn lateness(late: &mut [i64], unit: f64) -> Vec<f64> {
+    late.sort_unstable();
+    let at = |p| percentile(late, p) as f64 / unit;
+    let early = late.iter().filter(|&&l| l < 0).count() as f64;
+    vec![at(0.5), at(0.99), at(1.0), early]
+}
+
+/// `len` atomics, each `v`.
+pub(crate) fn atomics(len: usize, v: i64) -> Vec<AtomicI64> {
+    (0..len).map(|_| AtomicI64::new(v)).collect()
+}
+
+/// Resident set size of this process in bytes, from `/proc/self/statm`.
+pub(crate) fn rss_bytes() -> u64 {
+    proc_field("/proc/self/statm", 1) * 4096
 }
 
 /// Nanoseconds the calling thread has waited for a CPU while runnable (`run_delay`, the
 /// second field of `/proc/thread-self/schedstat`; 0 elsewhere).
 pub(crate) fn run_delay_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
-}
-
-/// The calling thread's CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`: exact, where `/proc`'s
-/// scheduler statistics move only at scheduler ticks).
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid, writable `timespec` for the duration of the call, and
-    // `CLOCK_THREAD_CPUTIME_ID` is a clock every Linux kernel has. (Bench-only code.)
-    #[allow(unsafe_code)]
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    assert_eq!(status, 0, "clock_gettime failed");
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    proc_field("/proc/thread-self/schedstat", 1)
 }

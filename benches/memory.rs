@@ -11,18 +11,18 @@ mod baselines;
 mod harness;
 
 // Formatted with the tests, its home.
-#[rustfmt::skip]
 #[path = "../tests/common/counting_alloc.rs"]
 mod counting;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use baselines::{BTreeTimer, HeapTimer, TokioTimer, task, tokio_runtime};
 use counting::{Counting, allocated_bytes, allocations as calls};
-use harness::{Rng, SEED, case, delays, in_child, param, report, rss_bytes, runs_table, table};
+use harness::{case, delays, in_child, names, param, report, rss_bytes, runs_table, table};
 use threadpool::ThreadPool;
 use timingwheel::{SystemTimer, Timer, TimerTask, TimerTaskEntry, timer_task};
 
@@ -45,9 +45,7 @@ fn bytes<T: baselines::BenchTimer>(timer: &T) -> f64 {
 /// The users' task: a closure that captures an `Arc` and bumps the counter in it.
 fn arc_task(shared: &Arc<AtomicU64>, delay_ms: i64) -> Box<dyn TimerTask> {
     let shared = Arc::clone(shared);
-    timer_task(delay_ms, move || {
-        shared.fetch_add(1, Ordering::Relaxed);
-    })
+    timer_task(delay_ms, move || _ = shared.fetch_add(1, Relaxed))
 }
 
 /// One `memory` case of `timer` at `n` pending: per timer (`dropped`, `kept`: bytes and RSS
@@ -96,14 +94,16 @@ fn memory_case<T: baselines::BenchTimer>(timer: T, case: &str, n: usize) -> Vec<
             reached_ms = elapsed.as_secs_f64() * 1e3;
         }
         if at_1s.is_none() && elapsed >= Duration::from_secs(1) {
-            at_1s = Some((share(bytes1, bytes0, now), share(rss1, rss0, rss_bytes() as f64)));
+            let rss = share(rss1, rss0, rss_bytes() as f64);
+            at_1s = Some((share(bytes1, bytes0, now), rss));
         }
         thread::sleep(Duration::from_millis(5));
     }
     let (bytes_1s, rss_1s) = at_1s.expect("sampled at 1 s");
     assert_eq!(timer.size(), 11, "the burst left 10 timers and the first");
     drop((handles, first));
-    vec![per_timer, bytes_1s, reached_ms, rss_1s, share(rss1, rss0, rss_bytes() as f64)]
+    let rss_3s = share(rss1, rss0, rss_bytes() as f64);
+    vec![per_timer, bytes_1s, reached_ms, rss_1s, rss_3s]
 }
 
 /// Memory: N (10^6) pending timers, delays 1-30,000 ms, each task a closure that captures an
@@ -126,23 +126,17 @@ fn memory() {
     }
     let sides = ["wheel", "heap", "btree", "tokio-util"];
     println!("N = {n}\n");
-    let per_timer: Vec<Vec<Vec<f64>>> = vec![
-        sides
-            .iter()
-            .map(|kind| {
-                let (dropped, kept) =
-                    (in_child(&format!("{kind}:dropped")), in_child(&format!("{kind}:kept")));
-                vec![dropped[0], kept[0], dropped[1], kept[1], kept[2]]
-            })
-            .collect(),
-    ];
+    let child = |kind: &str, case: &str| in_child(&format!("{kind}:{case}"));
+    let per_timer = sides.map(|kind| {
+        let (dropped, kept) = (child(kind, "dropped"), child(kind, "kept"));
+        vec![dropped[0], kept[0], dropped[1], kept[1], kept[2]]
+    });
     let columns = "bytes/timer, handles dropped | bytes/timer, handles kept \
         | RSS/timer, dropped | RSS/timer, kept | size_of handle";
-    runs_table(columns, &sides, &per_timer, &[1, 3]);
+    runs_table(columns, &sides, &[per_timer.to_vec()], &[1, 3]);
     println!("\nthe burst, every run\n");
-    let bursts: Vec<Vec<Vec<f64>>> = (0..param("runs", 3, 1))
-        .map(|_| sides.iter().map(|kind| in_child(&format!("{kind}:burst"))).collect())
-        .collect();
+    let burst = || sides.map(|kind| child(kind, "burst")).to_vec();
+    let bursts: Vec<_> = (0..param("runs", 3, 1)).map(|_| burst()).collect();
     let columns = "bytes/timer at peak | % of bytes back, 1 s \
         | 95 % of bytes back after, ms | % of RSS back, 1 s | % of RSS back, 3 s";
     runs_table(columns, &sides, &bursts, &[1, 3]);
@@ -158,8 +152,7 @@ fn in_flight_run(executor: &str, bound: usize, n: usize) -> Vec<f64> {
     let counts = || (0..n).map(|_| AtomicU8::new(0)).collect();
     let started = (0..n).map(|_| AtomicBool::new(false)).collect();
     let books = Arc::new(Books(started, counts(), counts(), AtomicU64::new(0)));
-    let pool = ThreadPool::new(2);
-    let mut builder = SystemTimer::builder("in-flight");
+    let (pool, mut builder) = (ThreadPool::new(2), SystemTimer::builder("in-flight"));
     builder = match executor {
         "threads" => builder.executor_threads(2),
         _ => builder.threadpool(pool.clone()),
@@ -168,49 +161,40 @@ fn in_flight_run(executor: &str, bound: usize, n: usize) -> Vec<f64> {
         builder = builder.max_in_flight(bound);
     }
     let timer = builder.build();
-    let mut rng = Rng::new(SEED);
-    let delays: Vec<i64> = (0..n).map(|_| rng.range(1, 1_000)).collect();
     let mut sample: Vec<(usize, TimerTaskEntry)> = Vec::with_capacity(n / 100 + 1);
-    let memory =
-        |timer: &SystemTimer| allocated_bytes().max(0) as u64 + timer.storage_bytes() as u64;
-    let (rss0, bytes0) = (rss_bytes(), memory(&timer));
-    let peaks: [AtomicU64; 4] = Default::default();
-    let stop = AtomicBool::new(false);
-    let start = Instant::now();
+    let (rss0, bytes0) = (rss_bytes(), bytes(&timer));
+    let (peaks, stop): ([AtomicU64; 4], _) = (Default::default(), AtomicBool::new(false));
+    let (delays, start) = (delays(n, 1, 1_000), Instant::now());
     let (cancelled, attempted, drained) = thread::scope(|s| {
         s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Relaxed) {
                 timer.advance_clock(200);
             }
         });
         s.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Relaxed) {
                 // Handed over first, finished second: never above the truth.
-                let in_flight =
-                    timer.stats().expired.saturating_sub(books.3.load(Ordering::Relaxed));
-                let now = [
-                    rss_bytes().saturating_sub(rss0),
-                    memory(&timer).saturating_sub(bytes0),
-                    timer.size() as u64,
-                    in_flight,
-                ];
+                let in_flight = timer.stats().expired.saturating_sub(books.3.load(Relaxed));
+                let memory = (bytes(&timer) - bytes0).max(0.0) as u64;
+                let rss = rss_bytes().saturating_sub(rss0);
+                let now = [rss, memory, timer.size() as u64, in_flight];
                 for (peak, now) in peaks.iter().zip(now) {
-                    peak.fetch_max(now, Ordering::Relaxed);
+                    peak.fetch_max(now, Relaxed);
                 }
                 thread::sleep(Duration::from_millis(10));
             }
         });
-        for (id, &delay) in delays.iter().enumerate() {
+        for (id, delay) in delays.into_iter().enumerate() {
             let books = Arc::clone(&books);
             let entry = timer.add(timer_task(delay, move || {
-                books.0[id].store(true, Ordering::Relaxed);
+                books.0[id].store(true, Relaxed);
                 // Keeps its executor thread busy for 10 µs.
                 let until = Instant::now() + Duration::from_micros(10);
                 while Instant::now() < until {
                     std::hint::spin_loop();
                 }
-                books.1[id].fetch_add(1, Ordering::Relaxed);
-                books.3.fetch_add(1, Ordering::Relaxed);
+                books.1[id].fetch_add(1, Relaxed);
+                books.3.fetch_add(1, Relaxed);
             }));
             if id % 100 == 0 {
                 sample.push((id, entry));
@@ -219,41 +203,30 @@ fn in_flight_run(executor: &str, bound: usize, n: usize) -> Vec<f64> {
         // Every task is due a second after the last add.
         thread::sleep(Duration::from_millis(1_050));
         let (mut cancelled, mut attempted) = (0, 0);
-        for (id, entry) in &sample {
-            if !books.0[*id].load(Ordering::Relaxed) {
-                attempted += 1;
-                if entry.cancel() {
-                    cancelled += 1;
-                    books.2[*id].fetch_add(1, Ordering::Relaxed);
-                }
+        for (id, entry) in sample.iter().filter(|(id, _)| !books.0[*id].load(Relaxed)) {
+            attempted += 1;
+            if entry.cancel() {
+                cancelled += 1;
+                books.2[*id].fetch_add(1, Relaxed);
             }
         }
-        while books.3.load(Ordering::Relaxed) as usize + cancelled < n {
+        while books.3.load(Relaxed) as usize + cancelled < n {
             thread::sleep(Duration::from_millis(5));
         }
-        stop.store(true, Ordering::Relaxed);
+        stop.store(true, Relaxed);
         (cancelled, attempted, start.elapsed())
     });
     let lateness = timer.lateness();
     timer.close();
     pool.join();
-    let once = (0..n)
-        .all(|id| books.1[id].load(Ordering::Relaxed) + books.2[id].load(Ordering::Relaxed) == 1);
-    let [rss, bytes, size, in_flight] = peaks.map(|peak| peak.load(Ordering::Relaxed) as f64);
+    let once = (0..n).all(|id| books.1[id].load(Relaxed) + books.2[id].load(Relaxed) == 1);
+    let [rss, bytes, size, in_flight] = peaks.map(|peak| peak.load(Relaxed) as f64);
     let (mib, ms) = (|b: f64| b / (1 << 20) as f64, |us: u64| us as f64 / 1e3);
-    vec![
-        mib(rss),
-        mib(bytes),
-        size,
-        in_flight,
-        cancelled as f64,
-        attempted as f64,
-        drained.as_secs_f64(),
-        f64::from(u8::from(once)),
-        ms(lateness.p50_us),
-        ms(lateness.p99_us),
-        ms(lateness.max_us),
-    ]
+    let once = f64::from(u8::from(once));
+    let mut figures = vec![mib(rss), mib(bytes), size, in_flight, cancelled as f64];
+    figures.extend([attempted as f64, drained.as_secs_f64(), once]);
+    figures.extend([lateness.p50_us, lateness.p99_us, lateness.max_us].map(ms));
+    figures
 }
 
 /// The bounded hand-off (`max_in_flight`): one thread adds N (10^6) timers as fast as it can,
@@ -267,13 +240,13 @@ fn in_flight() {
     let (n, bound) = (param("n", 1_000_000, 100_000), param("bound", 64, 64));
     if let Some(case) = case() {
         let (executor, bounded) = case.split_once(':').expect("executor:bounded");
-        return report(&in_flight_run(executor, if bounded == "bounded" { bound } else { 0 }, n));
+        let bound = if bounded == "bounded" { bound } else { 0 };
+        return report(&in_flight_run(executor, bound, n));
     }
     let cases =
-        ["threads:bounded", "threads:unbounded", "threadpool:bounded", "threadpool:unbounded"];
-    let figures: Vec<Vec<Vec<f64>>> = (0..param("runs", 3, 1))
-        .map(|_| cases.iter().map(|case| in_child(case)).collect())
-        .collect();
+        names("threads:bounded | threads:unbounded | threadpool:bounded | threadpool:unbounded");
+    let run = |_| cases.iter().map(|case| in_child(case)).collect();
+    let figures: Vec<Vec<Vec<f64>>> = (0..param("runs", 3, 1)).map(run).collect();
     println!("N = {n}; bounded: max_in_flight({bound}); each task once: 1 for yes\n");
     let columns = "peak RSS growth MiB | peak bytes MiB | peak size | peak in flight \
         | cancels that succeeded | cancels tried | drained after s | each task once \
@@ -304,13 +277,10 @@ fn allocations() {
     let _context = runtime.enter();
     let mut queue = tokio_util::time::DelayQueue::with_capacity(n);
     let ms = |delay: i64| Duration::from_millis(delay as u64);
-    let keys: Vec<_> = delays.iter().map(|&delay| queue.insert(delay, ms(delay))).collect();
+    let keys: Vec<_> = delays.iter().map(|&d| queue.insert(d, ms(d))).collect();
     let reset = per_call(&mut |i| queue.reset(&keys[i], ms(delays[n - 1 - i])));
     let sides = ["reschedule", "cancel + add", "tokio-util reset"];
-    table(
-        &format!("N = {n}: allocations per call"),
-        &sides,
-        &[vec![reschedule, cancel_add, reset]],
-        false,
-    );
+    let figures = [vec![reschedule, cancel_add, reset]];
+    let title = format!("N = {n}: allocations per call");
+    table(&title, &sides, &figures, false);
 }

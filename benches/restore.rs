@@ -3,14 +3,15 @@
 //! and what a `pending` listing costs adders that go on meanwhile.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use timingwheel::{KeyedTimer, Lapsed, SystemTimer, SystemTimerReaper, Timer, timer_task};
 
 use crate::baselines::task;
-use crate::harness::{delays, param, percentile, runs_table, table};
+use crate::harness::{atomics, delays, lateness, names, param, percentile, runs_table, table};
 
 /// Restoring N (10^6) keys, delays uniform in 1-30 s, by one `restore` from a list of
 /// `(key, SystemTime)` (the snapshot), against N `KeyedTimer::schedule` calls of the same
@@ -26,19 +27,24 @@ pub(crate) fn restore() {
     let deadlines = delays(n, 1_000, 30_000);
     // Untimed: the first timers of the process map their memory.
     let _warm = [bulk(&deadlines, true), bulk(&deadlines, false)];
-    let per_key = (0..rounds).map(|round| match round % 2 {
-        0 => [bulk(&deadlines, true), bulk(&deadlines, false)].to_vec(),
-        _ => [bulk(&deadlines, false), bulk(&deadlines, true)].into_iter().rev().collect(),
-    });
+    let pair = |round: usize| {
+        // Restore first in even rounds, schedule in odd ones; restore's figure first.
+        let odd = round % 2;
+        let mut pair = [bulk(&deadlines, odd == 0), bulk(&deadlines, odd == 1)];
+        pair.rotate_left(odd);
+        pair.to_vec()
+    };
+    let per_key: Vec<Vec<f64>> = (0..rounds).map(pair).collect();
     let title = format!("{n} keys: ns per key, restore against schedule");
-    table(&title, &["restore", "schedule"], &per_key.collect::<Vec<_>>(), true);
+    table(&title, &["restore", "schedule"], &per_key, true);
 
-    let (lapsed, window_ms) = (param("lapsed", 100_000, 10_000), param("window_ms", 1_000, 200));
+    let lapsed = param("lapsed", 100_000, 10_000);
+    let window_ms = param("window_ms", 1_000, 200);
     let window = Lapsed::Spread(Duration::from_millis(window_ms));
     let work = Duration::from_micros(param("work_us", 5, 5));
-    let runs: Vec<Vec<Vec<f64>>> = (0..rounds)
-        .map(|_| vec![lateness(lapsed, Lapsed::RunNow, work), lateness(lapsed, window, work)])
-        .collect();
+    let run = |policy| lapsed_run(lapsed, policy, work);
+    let pair = |_| vec![run(Lapsed::RunNow), run(window)];
+    let runs: Vec<_> = (0..rounds).map(pair).collect();
     println!(
         "\n{lapsed} lapsed deadlines, {work:?} of work each, RunNow against Spread({window_ms} ms): \
          lateness in ms\n"
@@ -77,45 +83,40 @@ fn bulk(deadlines: &[i64], restore: bool) -> f64 {
 /// Restores `n` lapsed deadlines with `policy` on a driven timer; returns the call's ms,
 /// the lateness p50, p99 and max in ms (against the instant each was scheduled, inside the
 /// call, plus its place in the window), and when the last one ran.
-fn lateness(n: usize, policy: Lapsed, work: Duration) -> Vec<f64> {
-    let timer = Arc::new(SystemTimerReaper::new("lapsed-reaper", SystemTimer::new("lapsed")));
+fn lapsed_run(n: usize, policy: Lapsed, work: Duration) -> Vec<f64> {
+    let timer = SystemTimer::new("lapsed");
+    let timer = Arc::new(SystemTimerReaper::new("lapsed-reaper", timer));
     let keyed = KeyedTimer::new(timer.clone());
-    let ran_ns: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
-    let mut made_ns = vec![0; n];
+    let (ran_ns, mut made_ns) = (Arc::new(atomics(n, 0)), vec![0; n]);
     let past = SystemTime::now() - Duration::from_secs(3_600);
     let snapshot = (0..n).map(|key| (key, past - Duration::from_millis(key as u64)));
     let start = Instant::now();
     keyed.restore(snapshot, policy, |&key| {
-        made_ns[key] = start.elapsed().as_nanos() as u64;
+        made_ns[key] = start.elapsed().as_nanos() as i64;
         let ran_ns = ran_ns.clone();
         timer_task(0, move || {
-            ran_ns[key].store(start.elapsed().as_nanos() as u64, Ordering::Release);
+            ran_ns[key].store(start.elapsed().as_nanos() as i64, Release);
             let busy = Instant::now();
             while busy.elapsed() < work {}
         })
     });
     let call_ms = start.elapsed().as_secs_f64() * 1e3;
-    while ran_ns.iter().any(|ns| ns.load(Ordering::Acquire) == 0) {
+    while ran_ns.iter().any(|ns| ns.load(Acquire) == 0) {
         thread::sleep(Duration::from_millis(10));
     }
     timer.close();
-    let window_ns = match policy {
-        Lapsed::Spread(window) => window.as_millis() as u64 * 1_000_000,
+    let window_ms = match policy {
+        Lapsed::Spread(window) => window.as_millis() as i64,
         _ => 0,
     };
-    let mut late_ms: Vec<f64> = (0..n)
-        .map(|key| {
-            let due_ns = made_ns[key] + window_ns / 1_000_000 * key as u64 / n as u64 * 1_000_000;
-            let ran = ran_ns[key].load(Ordering::Acquire);
-            assert!(ran >= due_ns, "key {key} ran before its place in the window");
-            (ran - due_ns) as f64 / 1e6
-        })
-        .collect();
-    late_ms.sort_by(f64::total_cmp);
-    let last_ms =
-        ran_ns.iter().map(|ns| ns.load(Ordering::Acquire)).max().unwrap_or(0) as f64 / 1e6;
-    let [p50, p99] = [0.5, 0.99].map(|p| percentile(&late_ms, p));
-    vec![call_ms, p50, p99, late_ms[n - 1], last_ms]
+    // Its place in the window, in whole ms.
+    let place_ns = |key: usize| window_ms * key as i64 / n as i64 * 1_000_000;
+    let late_ns = |key: usize| ran_ns[key].load(Acquire) - made_ns[key] - place_ns(key);
+    let mut late: Vec<i64> = (0..n).map(late_ns).collect();
+    let late = lateness(&mut late, 1e6);
+    assert_eq!(late[3], 0.0, "keys ran before their place in the window");
+    let last_ns = ran_ns.iter().map(|ns| ns.load(Acquire)).max().unwrap_or(0);
+    vec![call_ms, late[0], late[1], late[2], last_ns as f64 / 1e6]
 }
 
 /// `pending` of N keys (delays 60-90 s, nothing due) while one thread goes on scheduling
@@ -136,13 +137,13 @@ fn listing(n: usize, rounds: usize) {
             let adder = || {
                 let (mut during, mut after) = (Vec::new(), Vec::new());
                 for key in (n..n + ADDED).cycle() {
-                    let listing = listing.load(Ordering::Acquire);
+                    let listing = listing.load(Acquire);
                     let begin = Instant::now();
                     keyed.schedule(key, task(75_000));
                     let ns = begin.elapsed().as_nanos() as f64;
                     match listing {
                         true => during.push(ns),
-                        false if stop.load(Ordering::Acquire) => return (during, after),
+                        false if stop.load(Acquire) => return (during, after),
                         false => after.push(ns),
                     }
                 }
@@ -154,9 +155,9 @@ fn listing(n: usize, rounds: usize) {
                 let begin = Instant::now();
                 let listed = keyed.pending().len();
                 let took = begin.elapsed();
-                listing.store(false, Ordering::Release);
+                listing.store(false, Release);
                 thread::sleep(took);
-                stop.store(true, Ordering::Release);
+                stop.store(true, Release);
                 (took, listed, adder.join().unwrap())
             });
             let mut figures = vec![took.as_secs_f64() * 1e3, listed as f64];
@@ -168,13 +169,8 @@ fn listing(n: usize, rounds: usize) {
         })
         .collect();
     let title = format!("pending() of {n} keys while one thread schedules: ms, keys, µs");
-    let sides = [
-        "pending ms",
-        "listed",
-        "add p99.99, listing",
-        "add max, listing",
-        "p99.99 after",
-        "max after",
-    ];
+    let sides = names(
+        "pending ms | listed | add p99.99, listing | add max, listing | p99.99 after | max after",
+    );
     table(&title, &sides, &runs, false);
 }

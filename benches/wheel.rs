@@ -13,7 +13,6 @@
 mod baselines;
 mod everyday;
 mod expiry;
-mod futures;
 mod harness;
 mod restore;
 
@@ -27,13 +26,9 @@ const WORKLOADS: &[harness::Workload] = &[
     ("locks", everyday::locks),       // the striped lock vs RwLock read + a mutex
     ("heartbeats", everyday::heartbeats), // KeyedTimer::reschedule vs tokio-util reset
     ("load", expiry::load),           // lateness while 10^6 or 10^7 are added
-    ("idle", expiry::idle),           // the CPU an idle timer's driver uses
-    ("mock30", expiry::mock30),       // 10^7 timers over 30 min of MockTime
     ("executors", expiry::executors), // each place to run expiries, send_task + 4 workers
-    ("next_expiration", expiry::next_expiration), // ns per next_expiration_ms call
     ("purgatory", expiry::purgatory), // watch + complete vs a Mutex<HashMap> purgatory
-    ("sleeps", futures::sleeps),      // 10^6 sleeps vs tokio and futures-timer
-    ("async_wakes", futures::async_wakes), // wake lateness on a busy runtime vs tokio
+    ("async_wakes", expiry::async_wakes), // wake lateness on a busy runtime vs tokio
     ("sessions", expiry::sessions),   // 10^6 sessions heartbeating for 60 s, 2 % silent
     ("shared_driver", expiry::shared_driver), // 8 timers: one shared driver vs 8 reapers
     ("restore", restore::restore),    // bulk restore vs schedule, lapsed RunNow vs Spread, pending
