@@ -87,8 +87,9 @@ fn every_order_is_paid_or_expired_exactly_once() {
     let [paid, expired] = report.orders.settled;
     assert!(paid > 0 && expired > 0, "{report:?}");
     // About 10 % are never paid (2,000 of 20,000; the seed is fixed); a payer slowed down
-    // by a busy machine loses more races, so the upper bound is loose.
-    assert!((1_000..=8_000).contains(&expired), "expired {expired}");
+    // by a busy machine loses more races (11,071 seen at a load of 6), so the upper bound
+    // is loose: what the test holds the example to is that every order ends once.
+    assert!((1_000..=16_000).contains(&expired), "expired {expired}");
     assert_lateness_sane(report.lateness(), config.tick_ms);
 }
 
