@@ -95,16 +95,6 @@ fn encode_edge(expiration_ms: i64) -> Option<i64> {
     }
 }
 
-/// The inverse of [`encode`].
-#[inline]
-fn decode(code: i64) -> i64 {
-    match code {
-        NEVER_AFTER => i64::MAX,
-        NEVER_BEFORE => i64::MIN,
-        ms => ms,
-    }
-}
-
 /// A word of shard number `shard_id` and expiration bits `high` (sign-extended on reading).
 #[inline]
 fn word(shard_id: u32, high: i64) -> u64 {
@@ -191,11 +181,12 @@ impl TimerTaskEntry {
     /// and for one whose bits say nothing is `SHARED`.
     fn own_expiration_ms(&self) -> i64 {
         let word = self.word.load(Ordering::Relaxed);
-        let high = word as i64 >> SHARD_ID_BITS;
-        if word & SHARD_MASK == 0 {
-            (high << 32) | i64::from(self.generation)
-        } else {
-            decode(high)
+        // Without a shard, the high half; with one, what `encode` made of it.
+        match (word & SHARD_MASK, word as i64 >> SHARD_ID_BITS) {
+            (0, high) => (high << 32) | i64::from(self.generation),
+            (_, NEVER_AFTER) => i64::MAX,
+            (_, NEVER_BEFORE) => i64::MIN,
+            (_, ms) => ms,
         }
     }
 
@@ -232,18 +223,14 @@ impl TimerTaskEntry {
             self.word
                 .store(word(shard_id as u32, code), Ordering::Relaxed);
         }
-        let bits = self.bits.load(Ordering::Relaxed);
-        if bits & SHARED != 0 {
-            state
-                .clones
-                .update(self.key(), |record| record.expiration_ms = expiration_ms);
-        } else if code.is_none() {
-            // Beyond what the word holds: the handle keeps a record, as clones do (another
-            // handle made from the entry's place, a keyed timer's, may have opened it).
-            self.set_bits(SHARED);
-            let clones = &mut state.clones;
-            clones.add(self.key(), 1, bits & CANCELLED != 0, expiration_ms);
-            clones.update(self.key(), |record| record.expiration_ms = expiration_ms);
+        // Shared, or beyond what the word holds: the record keeps it. A handle without a share
+        // in it takes one, as clones do (another handle made from the entry's place, a keyed
+        // timer's, may have opened it).
+        if self.bits.load(Ordering::Relaxed) & SHARED != 0 || code.is_none() {
+            let bits = self.set_bits(SHARED);
+            let (handles, cancelled) = (usize::from(bits & SHARED == 0), bits & CANCELLED != 0);
+            let record = state.clones.add(self.key(), handles, cancelled, 0);
+            record.expiration_ms = expiration_ms;
         }
     }
 
@@ -348,12 +335,12 @@ impl Clone for TimerTaskEntry {
         let handles = 1 + usize::from(bits & SHARED == 0);
         let own = self.own_expiration_ms();
         // The clone's own copy is for `Debug` only: being shared, it reads the record.
-        let shared = state.clones.add(key, handles, bits & CANCELLED != 0, own);
+        let shared = *state.clones.add(key, handles, bits & CANCELLED != 0, own);
         drop(state);
         TimerTaskEntry {
             bits: AtomicU32::new(key.index | SHARED),
             generation: self.generation,
-            word: AtomicU64::new(word(shard.id, encode(shared).unwrap_or(0))),
+            word: AtomicU64::new(word(shard.id, encode(shared.expiration_ms).unwrap_or(0))),
         }
     }
 }

@@ -241,9 +241,8 @@ impl ShardState {
         }
         let loc = std::mem::replace(&mut slot.loc, Loc::UNLISTED);
         self.unlist(loc);
-        let index = key.index;
         Some(Some(Entry {
-            index,
+            index: key.index,
             expiration_ms,
         }))
     }
@@ -405,9 +404,7 @@ impl Shard {
 
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shard")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
+        f.debug_struct("Shard").finish_non_exhaustive()
     }
 }
 
@@ -508,21 +505,21 @@ pub(crate) struct Clones(HashMap<EntryKey, Record>);
 
 impl Clones {
     /// Counts `handles` more handles of `key`'s entry in their record, which the first of
-    /// them opens with `cancelled` and `expiration_ms`; returns the record's expiration.
+    /// them opens with `cancelled` and `expiration_ms`; returns the record.
     pub(crate) fn add(
         &mut self,
         key: EntryKey,
         handles: usize,
         cancelled: bool,
         expiration_ms: i64,
-    ) -> i64 {
+    ) -> &mut Record {
         let record = self.0.entry(key).or_insert(Record {
             handles: 0,
             cancelled,
             expiration_ms,
         });
         record.handles += handles;
-        record.expiration_ms
+        record
     }
 
     /// Unregisters one handle of `key`'s entry.
