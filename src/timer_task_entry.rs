@@ -19,6 +19,7 @@
 //!   lock, so a plain load and store set them (readers take none), and a cancel through
 //!   any handle is seen by all of them.
 
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -174,7 +175,7 @@ impl TimerTaskEntry {
 
     /// Returns the record this handle shares, if it shares one.
     fn record(&self) -> Option<Record> {
-        self.record_shard()?.lock().clones.get(self.key())
+        self.record_shard()?.lock().clones.get(&self.key()).copied()
     }
 
     /// Returns the expiration the handle holds itself: exact for a handle without a shard,
@@ -227,10 +228,33 @@ impl TimerTaskEntry {
         // in it takes one, as clones do (another handle made from the entry's place, a keyed
         // timer's, may have opened it).
         if self.bits.load(Ordering::Relaxed) & SHARED != 0 || code.is_none() {
-            let bits = self.set_bits(SHARED);
-            let (handles, cancelled) = (usize::from(bits & SHARED == 0), bits & CANCELLED != 0);
-            let record = state.clones.add(self.key(), handles, cancelled, 0);
-            record.expiration_ms = expiration_ms;
+            self.share(state, 0).expiration_ms = expiration_ms;
+        }
+    }
+
+    /// Gives the handle a share in its entry's record (`state` is the entry's shard, locked),
+    /// with `more` other handles; the first share opens the record, with the handle's flag
+    /// and expiration.
+    #[cold]
+    fn share<'s>(&self, state: &'s mut ShardState, more: usize) -> &'s mut Record {
+        let bits = self.set_bits(SHARED);
+        let record = state.clones.entry(self.key()).or_insert(Record {
+            handles: 0,
+            cancelled: bits & CANCELLED != 0,
+            expiration_ms: self.own_expiration_ms(),
+        });
+        record.handles += more + usize::from(bits & SHARED == 0);
+        record
+    }
+
+    /// Takes the handle's share out of its entry's record: the last one removes the record.
+    #[cold]
+    fn unshare(&self, shard: &Shard) {
+        if let Entry::Occupied(mut record) = shard.lock().clones.entry(self.key()) {
+            record.get_mut().handles -= 1;
+            if record.get().handles == 0 {
+                record.remove();
+            }
         }
     }
 
@@ -291,7 +315,7 @@ impl TimerTaskEntry {
         };
         state.count(Count::Cancelled, 1);
         if self.set_bits(CANCELLED) & SHARED != 0 {
-            state.clones.update(key, |record| record.cancelled = true);
+            self.share(&mut state, 0).cancelled = true;
         }
         drop(state);
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
@@ -329,14 +353,8 @@ impl Clone for TimerTaskEntry {
             return TimerTaskEntry::detached(self.own_expiration_ms(), bits);
         };
         let key = self.key();
-        let mut state = shard.lock();
-        let bits = self.set_bits(SHARED);
-        // This handle counts itself in too if it had no share in the record yet.
-        let handles = 1 + usize::from(bits & SHARED == 0);
-        let own = self.own_expiration_ms();
         // The clone's own copy is for `Debug` only: being shared, it reads the record.
-        let shared = *state.clones.add(key, handles, bits & CANCELLED != 0, own);
-        drop(state);
+        let shared = *self.share(&mut shard.lock(), 1);
         TimerTaskEntry {
             bits: AtomicU32::new(key.index | SHARED),
             generation: self.generation,
@@ -348,7 +366,7 @@ impl Clone for TimerTaskEntry {
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
         if let Some(shard) = self.record_shard() {
-            shard.lock().clones.remove(self.key());
+            self.unshare(shard);
         }
     }
 }
@@ -360,7 +378,7 @@ impl fmt::Debug for TimerTaskEntry {
         // (`cancelled()` sees it).
         let shared = self
             .record_shard()
-            .and_then(|shard| shard.try_lock()?.clones.get(self.key()));
+            .and_then(|shard| shard.try_lock()?.clones.get(&self.key()).copied());
         let expiration_ms =
             shared.map_or_else(|| self.own_expiration_ms(), |record| record.expiration_ms);
         let cancelled = self.bits.load(Ordering::Relaxed) & CANCELLED != 0;

@@ -220,15 +220,10 @@ impl Chains {
     fn push_block(&mut self, id: u32, index: u32) -> Loc {
         let part = self.parts[id as usize];
         let top = part.current.top;
-        let block = match self.spare.take() {
-            Some(spare) => spare,
-            None => {
-                self.blocks
-                    .take_vacant()
-                    .expect("block ids for every slot of a shard")
-                    .0
-            }
-        };
+        let block = self.spare.take().unwrap_or_else(|| {
+            let vacant = self.blocks.take_vacant();
+            vacant.expect("block ids for every slot of a shard").0
+        });
         // The header, then the entry.
         let words = &mut self.blocks.get_mut(block).0;
         words[LIST..=HEADER].copy_from_slice(&[id, top, NIL, 1, part.epoch, index]);
@@ -372,8 +367,7 @@ impl Chains {
         if len == floor {
             self.drop_top(id, top, current);
         }
-        let last_at = Loc::new(top, len as usize);
-        if last_at == loc {
+        if Loc::new(top, len as usize) == loc {
             return None;
         }
         self.blocks.get_mut(block).0[HEADER + loc.offset()] = last;

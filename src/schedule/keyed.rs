@@ -303,15 +303,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// ```
     pub fn reschedule(&self, key: &K, delay: impl IntoDelayMs) -> bool {
         let delay_ms = delay.into_delay_ms();
-        let hash = self.shared.hasher.hash_one(key);
         // No task, or its `add` has not returned yet (see "Concurrency").
-        let Some(place) = self
-            .shared
-            .shard(hash)
-            .lock()
-            .find(hash, |(k, _)| k == key)
-            .and_then(|(_, slot)| slot.entry.ok())
-        else {
+        let Some(Ok(place)) = self.shared.find(key).map(|slot| slot.entry) else {
             return false;
         };
         // The timer is called with no lock of ours held (a `MockTimer` runs a task due
@@ -387,9 +380,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.is_scheduled(&"a"), "it ran");
     /// ```
     pub fn is_scheduled(&self, key: &K) -> bool {
-        let hash = self.shared.hasher.hash_one(key);
-        let map = self.shared.shard(hash).lock();
-        map.find(hash, |(k, _)| k == key).is_some()
+        self.shared.find(key).is_some()
     }
 
     /// Returns the number of keys with a scheduled task (see
@@ -674,12 +665,17 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
             if let Some(expiration_ms) = place.shard.lock().expiration(place.key) {
                 return Some(expiration_ms);
             }
-            let hash = self.hasher.hash_one(key);
-            let map = self.shard(hash).lock();
-            let (_, now) = map.find(hash, |(k, _)| k == key)?;
+            let now = self.find(key)?;
             (now.id != slot.id).then_some(())?;
-            slot = *now;
+            slot = now;
         }
+    }
+
+    /// Returns the slot of `key`, if it has one.
+    fn find(&self, key: &K) -> Option<Slot> {
+        let hash = self.hasher.hash_one(key);
+        let map = self.shard(hash).lock();
+        map.find(hash, |(k, _)| k == key).map(|(_, slot)| *slot)
     }
 
     /// Removes the slot of a key hashed to `hash` that `is` picks, and returns it: the
