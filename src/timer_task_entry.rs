@@ -115,16 +115,9 @@ impl TimerTaskEntry {
         let mut entry = TimerTaskEntry::at(shard, key);
         match encode(expiration_ms) {
             Some(code) => *entry.word.get_mut() = word(shard.id, code),
-            None => entry.set_expiration_cold(state, expiration_ms),
+            None => entry.set_expiration(state, expiration_ms),
         }
         entry
-    }
-
-    /// `set_expiration`, out of line, for `pending`'s rare case.
-    #[cold]
-    #[inline(never)]
-    fn set_expiration_cold(&self, state: &mut ShardState, expiration_ms: i64) {
-        self.set_expiration(state, expiration_ms);
     }
 
     /// A handle to the task that waits in `shard` under `key`, whose expiration it does not
@@ -352,11 +345,10 @@ impl Clone for TimerTaskEntry {
             let bits = self.bits.load(Ordering::Relaxed);
             return TimerTaskEntry::detached(self.own_expiration_ms(), bits);
         };
-        let key = self.key();
         // The clone's own copy is for `Debug` only: being shared, it reads the record.
         let shared = *self.share(&mut shard.lock(), 1);
         TimerTaskEntry {
-            bits: AtomicU32::new(key.index | SHARED),
+            bits: AtomicU32::new(self.key().index | SHARED),
             generation: self.generation,
             word: AtomicU64::new(word(shard.id, encode(shared.expiration_ms).unwrap_or(0))),
         }

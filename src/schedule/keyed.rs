@@ -156,26 +156,21 @@ struct Slot {
     entry: Result<Place, i64>,
 }
 
-/// Where a timer entry lives: the handle's location without its expiration, which the
-/// keyed timer never reads (see [`Place::handle`]).
-#[derive(Clone, Copy)]
-struct Place {
-    shard: &'static Shard,
-    key: EntryKey,
-}
+/// Where a timer entry lives: the handle's location (`TimerTaskEntry::location`) without
+/// its expiration, which the keyed timer never reads (see [`handle`]).
+type Place = (&'static Shard, EntryKey);
 
-impl Place {
-    /// A handle to the entry, to cancel or move it with once the map's lock is released.
-    ///
-    /// A second handle made from the entry's place, not a clone of the one `add` returned
-    /// (a clone registers with the shard under its lock): sound because a keyed timer
-    /// never clones its entries, so no clone record needs to hear of a move (one that a
-    /// move beyond what a handle holds opens is the handle's own, and goes with it). Its
-    /// `expiration_ms` is not known here; `cancel` and the timers' `reschedule` do not read
-    /// it, and the handle is dropped when the call returns.
-    fn handle(self) -> TimerTaskEntry {
-        TimerTaskEntry::at(self.shard, self.key)
-    }
+/// A handle to the entry at `place`, to cancel or move it with once the map's lock is
+/// released.
+///
+/// A second handle made from the entry's place, not a clone of the one `add` returned (a
+/// clone registers with the shard under its lock): sound because a keyed timer never clones
+/// its entries, so no clone record needs to hear of a move (one that a move beyond what a
+/// handle holds opens is the handle's own, and goes with it). Its `expiration_ms` is not
+/// known here; `cancel` and the timers' `reschedule` do not read it, and the handle is
+/// dropped when the call returns.
+fn handle((shard, key): Place) -> TimerTaskEntry {
+    TimerTaskEntry::at(shard, key)
 }
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
@@ -311,7 +306,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         // now inside the call, and its token claims the slot). A true result takes effect
         // as of the read above: a cancel or replacement that removed the slot since then
         // cancels the moved task once this returns (see "Concurrency").
-        self.timer.reschedule(&place.handle(), delay_ms)
+        self.timer.reschedule(&handle(place), delay_ms)
     }
 
     /// Schedules `task` under `key` unless a task is scheduled under it; returns true iff
@@ -358,7 +353,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             return false;
         };
         if let Ok(place) = slot.entry {
-            place.handle().cancel();
+            handle(place).cancel();
         }
         true
     }
@@ -613,7 +608,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         };
         drop(map);
         if let Some(Ok(place)) = replaced.as_ref().map(|slot| slot.entry) {
-            place.handle().cancel();
+            handle(place).cancel();
         }
         let payload = Payload { hash, task };
         let entry = self
@@ -625,9 +620,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             .lock()
             .find_mut(hash, |(_, slot)| slot.id == id)
         {
-            if let Some((shard, key)) = entry.location() {
-                slot.entry = Ok(Place { shard, key });
-            }
+            slot.entry = entry.location().ok_or(delay_ms);
         } else {
             // Replaced or cancelled while `add` ran (or it already ran, or a closed timer
             // refused it, and then this does nothing): drop it now.
@@ -658,11 +651,11 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
     /// was cancelled, or it expired: it runs or ran). A delay is from `now_ms`.
     fn expiration(&self, key: &K, mut slot: Slot, now_ms: i64) -> Option<i64> {
         loop {
-            let place = match slot.entry {
+            let (shard, entry_key) = match slot.entry {
                 Ok(place) => place,
                 Err(delay_ms) => return Some(now_ms.saturating_add(delay_ms)),
             };
-            if let Some(expiration_ms) = place.shard.lock().expiration(place.key) {
+            if let Some(expiration_ms) = shard.lock().expiration(entry_key) {
                 return Some(expiration_ms);
             }
             let now = self.find(key)?;
@@ -770,7 +763,7 @@ impl<K> Drop for KeyedTimer<K> {
         // so does each key's drop. The wrappers' own drops then find their slots gone.
         for (_key, slot) in slots {
             if let Ok(place) = slot.entry {
-                place.handle().cancel();
+                handle(place).cancel();
             }
         }
     }
