@@ -11,7 +11,7 @@
 //!   the `add` that makes it has not returned yet (or if the task never entered the timer's
 //!   store: handed to the executor inside `add`, or refused).
 //! - The timer holds a token task per scheduling (`schedule::token`), whose token is the
-//!   scheduling's id and whose payload is the key, its hash and the user's task. When the
+//!   scheduling's id and whose payload is the key's hash and the user's task. When the
 //!   timer runs it, it first *claims* its slot: under the shard's lock, it removes the slot
 //!   if the slot still has its id (Kafka's `tasks.remove(key, this)`), and only then runs
 //!   the user's task. A wrapper whose slot was replaced or removed drops the user's task
@@ -610,10 +610,8 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         if let Some(Ok(place)) = replaced.as_ref().map(|slot| slot.entry) {
             handle(place).cancel();
         }
-        let payload = Payload { hash, task };
-        let entry = self
-            .timer
-            .add(TokenTask::boxed(Arc::clone(shared), id, delay_ms, payload));
+        let task = TokenTask::boxed(Arc::clone(shared), id, delay_ms, (hash, task));
+        let entry = self.timer.add(task);
         // The map's lock is released before `else` (edition 2024).
         if let Some((_, slot)) = shared
             .shard(hash)
@@ -628,15 +626,6 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         }
         replaced.is_some()
     }
-}
-
-/// What a keyed timer's token task carries besides its id, which is its slot's while the
-/// slot is its own: no key, so that scheduling clones none and the task finds its slot by
-/// hash and id, with no call to the key's `Eq`.
-struct Payload {
-    /// The key's hash, so that the task finds its slot without hashing the key again.
-    hash: u64,
-    task: Box<dyn TimerTask>,
 }
 
 impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
@@ -684,23 +673,22 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
 /// A keyed timer's token task: runs the user's task only if it is still the one scheduled
 /// under its key (see the module's ground rules).
 impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
-    type Payload = Payload;
+    /// Besides its id (its slot's while the slot is its own), the key's hash and the
+    /// user's task: no key, so that scheduling clones none, and the task finds its slot by
+    /// hash and id, without hashing the key again or calling its `Eq`.
+    type Payload = (u64, Box<dyn TimerTask>);
 
-    fn report(self: Arc<Self>, id: u64, payload: Payload, expired: bool) {
+    fn report(self: Arc<Self>, id: u64, (hash, task): Self::Payload, expired: bool) {
         // Claims the slot if it is still this task's (ids are never reused): an expired
         // task then runs. Otherwise it was replaced or cancelled, and is dropped here,
         // unrun; a task the timer dropped (closed, stopped, refused) forgets its key.
-        if self
-            .remove(payload.hash, |(_, slot)| slot.id == id)
-            .is_some()
-            && expired
-        {
-            payload.task.run();
+        if self.remove(hash, |(_, slot)| slot.id == id).is_some() && expired {
+            task.run();
         }
     }
 
-    fn task_name(&self, payload: &Payload) -> &'static str {
-        payload.task.name()
+    fn task_name(&self, (_, task): &Self::Payload) -> &'static str {
+        task.name()
     }
 }
 
