@@ -408,9 +408,7 @@ impl Shared {
     /// [`send_counted`](Shared::send_counted) for one task, as a job of its own.
     fn send_one(self: &Arc<Self>, task: Expired) {
         match &self.kind {
-            ExecutorKind::Threads(_) => {
-                let _ = self.jobs.send(PoolJob::One(task));
-            }
+            ExecutorKind::Threads(_) => _ = self.jobs.send(PoolJob::One(task)),
             ExecutorKind::Function(execute) => {
                 let job = CallerJob {
                     task: Some(task),
@@ -562,10 +560,9 @@ fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>) {
 /// leaves them where those point.
 fn run_in_order(shared: &Shared, mut tasks: Vec<Expired>) -> usize {
     let count = tasks.len();
-    tasks
-        .iter()
-        .take(PREFETCH_AHEAD)
-        .for_each(|expired| prefetch(&*expired.task));
+    for expired in tasks.iter().take(PREFETCH_AHEAD) {
+        prefetch(&*expired.task);
+    }
     let mut draining = tasks.drain(..);
     while let Some(expired) = draining.next() {
         if let Some(ahead) = draining.as_slice().get(PREFETCH_AHEAD - 1) {

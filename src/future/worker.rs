@@ -191,13 +191,11 @@ impl Relay {
 
     /// Hands `task` to the relay task; runs it here if the runtime is gone.
     fn send(&self, task: Box<dyn TimerTask>) {
-        if let Err(gone) = self.queue.send(task) {
-            run_task(gone.into_inner());
-            return;
-        }
-        if !self.signaled.swap(true, Ordering::SeqCst) {
+        match self.queue.send(task) {
+            Err(gone) => run_task(gone.into_inner()),
             // A full socket already holds a byte for the relay task: nothing is lost.
-            let _ = (&self.wake).write(&[1]);
+            Ok(()) if !self.signaled.swap(true, Ordering::SeqCst) => _ = (&self.wake).write(&[1]),
+            Ok(()) => {}
         }
     }
 }

@@ -189,9 +189,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         KeyedTimer {
             timer,
             shared: Arc::new(Shared {
-                shards: (0..SHARDS)
-                    .map(|_| Padded(Mutex::new(HashTable::new())))
-                    .collect(),
+                shards: (0..SHARDS).map(|_| Padded(Mutex::default())).collect(),
                 hasher: RandomState::new(),
                 len: AtomicUsize::new(0),
                 next_id: AtomicU64::new(0),
@@ -539,10 +537,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             .into_iter()
             .map(|(key, deadline)| (key, delay_until(now, deadline)))
             .collect();
-        let lapsed_count = entries
-            .iter()
-            .filter(|(_, delay_ms)| *delay_ms == 0)
-            .count();
+        let lapsed_count = entries.iter().filter(|&&(_, ms)| ms == 0).count();
         let window_ms = match lapsed {
             Lapsed::Spread(window) => window.into_delay_ms(),
             _ => 0,
