@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, ReentrantMutex, ReentrantMutexGuard};
 
-use crate::lateness::{LatenessHistogram, running_late_us};
+use crate::lateness::{LatenessHistogram, RUNNING_LATE_US};
 use crate::task::TimerTask;
 use crate::timer_task_entry::TimerTaskEntry;
 
@@ -471,8 +471,8 @@ impl<Op: DelayedOperation> TimerTask for Expiry<Op> {
 
     fn run(self: Box<Self>) {
         // The timeout's handle is this very task's: it cancels nothing, it is only let go.
-        let counted = || self.expired.count(running_late_us());
-        self.operation.expire(false, counted);
+        self.operation
+            .expire(false, || self.expired.count(RUNNING_LATE_US.get()));
     }
 }
 

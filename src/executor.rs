@@ -134,18 +134,6 @@ enum PoolJob {
     Stop,
 }
 
-/// How tasks reach the threads that run them.
-enum Runner {
-    /// The built-in pool: its queue and its size.
-    Pool {
-        jobs: Sender<PoolJob>,
-        queue: Receiver<PoolJob>,
-        threads: usize,
-    },
-    /// A caller's executor.
-    Caller(ExecuteFn),
-}
-
 /// The executor of one timer.
 pub(crate) struct Executor {
     shared: Arc<Shared>,
@@ -162,7 +150,11 @@ pub(crate) struct Executor {
 
 /// What the executor shares with the threads and jobs that run its tasks.
 struct Shared {
-    runner: Runner,
+    kind: ExecutorKind,
+    /// The built-in pool's queue (unused on a caller's executor). It never closes: this
+    /// holds its receiver.
+    jobs: Sender<PoolJob>,
+    queue: Receiver<PoolJob>,
     /// The timer's name, for the log.
     name: String,
     in_flight: AtomicUsize,
@@ -209,19 +201,11 @@ impl Executor {
         lateness: Arc<LatenessHistogram>,
         limit: Option<(usize, Arc<dyn HeldTasks>)>,
     ) -> Executor {
-        let runner = match kind {
-            ExecutorKind::Threads(threads) => {
-                let (jobs, queue) = crossbeam_channel::unbounded();
-                Runner::Pool {
-                    jobs,
-                    queue,
-                    threads,
-                }
-            }
-            ExecutorKind::Function(execute) => Runner::Caller(execute),
-        };
+        let (jobs, queue) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared {
-            runner,
+            kind,
+            jobs,
+            queue,
             name: name.to_owned(),
             in_flight: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
@@ -234,13 +218,13 @@ impl Executor {
             limit,
         });
         let mut handles = Vec::new();
-        if let Runner::Pool { queue, threads, .. } = &shared.runner {
-            for i in 0..*threads {
+        if let ExecutorKind::Threads(threads) = shared.kind {
+            for i in 0..threads {
                 let thread_name = match threads {
                     1 => format!("executor-{name}"),
                     _ => format!("executor-{name}-{i}"),
                 };
-                let (queue, shared) = (queue.clone(), Arc::clone(&shared));
+                let (queue, shared) = (shared.queue.clone(), Arc::clone(&shared));
                 let spawned = std::thread::Builder::new()
                     .name(thread_name)
                     .spawn(move || work(&queue, &shared));
@@ -332,12 +316,12 @@ impl Executor {
         let mine = self.running_here();
         let load = |count: &AtomicUsize| count.load(Ordering::SeqCst);
         // What is left to wait for, while the waiting threads run `waiting` tasks.
-        let left = |waiting: usize| match &shared.runner {
+        let left = |waiting: usize| match shared.kind {
             // Once every pool thread waits here, nothing more can finish.
-            Runner::Pool { threads, .. } if waiting == *threads => 0,
+            ExecutorKind::Threads(threads) if waiting == threads => 0,
             _ if mine == 0 => load(&shared.in_flight),
-            Runner::Pool { .. } => load(&shared.in_flight).saturating_sub(waiting),
-            Runner::Caller(_) => load(&shared.started).saturating_sub(waiting),
+            ExecutorKind::Threads(_) => load(&shared.in_flight).saturating_sub(waiting),
+            ExecutorKind::Function(_) => load(&shared.started).saturating_sub(waiting),
         };
         let mut waiting = shared.lock.lock();
         shared.waiters.fetch_add(1, Ordering::SeqCst);
@@ -365,14 +349,14 @@ impl Executor {
     /// outside the pool. Concurrent callers return once the first one has joined them. A
     /// caller's executor has nothing to stop.
     pub(crate) fn shut_down(&self, join: bool) {
-        let Runner::Pool { jobs, threads, .. } = &self.shared.runner else {
+        let ExecutorKind::Threads(threads) = self.shared.kind else {
             return;
         };
         let mut handles = self.threads.lock();
         // Every call sends them: a thread ends at the first one it takes, and those no
         // thread takes go with the queue.
-        for _ in 0..*threads {
-            let _ = jobs.send(PoolJob::Stop);
+        for _ in 0..threads {
+            let _ = self.shared.jobs.send(PoolJob::Stop);
         }
         if join && self.running_here() == 0 {
             // A pool thread's panic, which no task causes, was reported by the panic hook.
@@ -408,12 +392,9 @@ impl Shared {
     /// from [`batch`](Shared::batch) goes back to be reused once its tasks ran (or at once,
     /// when they go one per job).
     fn send_counted(self: &Arc<Self>, mut tasks: Vec<Expired>) {
-        match &self.runner {
-            // The queue never closes: `Shared` holds its receiver.
-            Runner::Pool {
-                jobs, threads: 1, ..
-            } if !tasks.is_empty() => {
-                let _ = jobs.send(PoolJob::Batch(tasks));
+        match self.kind {
+            ExecutorKind::Threads(1) if !tasks.is_empty() => {
+                let _ = self.jobs.send(PoolJob::Batch(tasks));
             }
             _ => {
                 for task in tasks.drain(..) {
@@ -426,11 +407,9 @@ impl Shared {
 
     /// [`send_counted`](Shared::send_counted) for one task, as a job of its own.
     fn send_one(self: &Arc<Self>, task: Expired) {
-        match &self.runner {
-            Runner::Pool { jobs, .. } => {
-                let _ = jobs.send(PoolJob::One(task));
-            }
-            Runner::Caller(execute) => {
+        match &self.kind {
+            ExecutorKind::Threads(_) => _ = self.jobs.send(PoolJob::One(task)),
+            ExecutorKind::Function(execute) => {
                 let job = CallerJob {
                     task: Some(task),
                     shared: Arc::clone(self),
@@ -475,9 +454,9 @@ impl Shared {
     fn done(self: &Arc<Self>, count: usize) {
         self.finished(count);
         if let Some((max, _)) = &self.limit {
-            let queued = match &self.runner {
-                Runner::Pool { jobs, .. } => !jobs.is_empty(),
-                Runner::Caller(_) => {
+            let queued = match self.kind {
+                ExecutorKind::Threads(_) => !self.jobs.is_empty(),
+                ExecutorKind::Function(_) => {
                     self.in_flight.load(Ordering::SeqCst) > self.started.load(Ordering::SeqCst)
                 }
             };
@@ -581,10 +560,9 @@ fn work(queue: &Receiver<PoolJob>, shared: &Arc<Shared>) {
 /// leaves them where those point.
 fn run_in_order(shared: &Shared, mut tasks: Vec<Expired>) -> usize {
     let count = tasks.len();
-    tasks
-        .iter()
-        .take(PREFETCH_AHEAD)
-        .for_each(|expired| prefetch(&*expired.task));
+    for expired in tasks.iter().take(PREFETCH_AHEAD) {
+        prefetch(&*expired.task);
+    }
     let mut draining = tasks.drain(..);
     while let Some(expired) = draining.next() {
         if let Some(ahead) = draining.as_slice().get(PREFETCH_AHEAD - 1) {

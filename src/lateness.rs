@@ -155,17 +155,11 @@ pub(crate) fn late_us(now_ns: i128, expiration_ms: i64) -> u64 {
 }
 
 thread_local! {
-    /// How late the task this thread is running started, in microseconds: kept with the
+    /// How late the timer task this thread is running started, in microseconds; `None`
+    /// outside a timer task (or under a timer that does not measure it). Kept with the
     /// `metrics` feature only (a purgatory's expiries count it), so that without it each
     /// task is spared setting it.
-    static RUNNING_LATE_US: Cell<Option<u64>> = const { Cell::new(None) };
-}
-
-/// Returns how late the timer task this thread is running started, in microseconds, or
-/// `None` outside a timer task (or under a timer that does not measure it, or without the
-/// `metrics` feature).
-pub(crate) fn running_late_us() -> Option<u64> {
-    RUNNING_LATE_US.get()
+    pub(crate) static RUNNING_LATE_US: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// Marks this thread as running a task that started `late_us` late, until dropped, which

@@ -177,17 +177,6 @@ impl<F: FnOnce()> Drop for OnReturn<F> {
     }
 }
 
-/// What a purgatory reports: the values of its gauges and counter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct PurgatoryReading {
-    /// `watched()`.
-    pub(crate) watched: usize,
-    /// `num_delayed()`.
-    pub(crate) num_delayed: usize,
-    /// `expired_count()`.
-    pub(crate) expired: u64,
-}
-
 /// A purgatory's gauges, counter and histogram, labelled `delayed_operation = <purgatory
 /// name>`.
 pub(crate) struct PurgatoryMetrics {
@@ -220,16 +209,15 @@ impl PurgatoryMetrics {
         None
     }
 
-    /// Reports what `reading` returns. Without the feature, `reading` is never called.
+    /// Reports what `reading` returns: the purgatory's `watched()`, `num_delayed()` and
+    /// `expired_count()`. Without the feature, `reading` is never called.
     #[inline]
-    pub(crate) fn record(&self, reading: impl FnOnce() -> PurgatoryReading) {
+    pub(crate) fn record(&self, reading: impl FnOnce() -> (usize, usize, u64)) {
         #[cfg(feature = "metrics")]
         {
-            let reading = reading();
-            self.handles.record(
-                &[reading.watched as f64, reading.num_delayed as f64],
-                &[reading.expired],
-            );
+            let (watched, num_delayed, expired) = reading();
+            self.handles
+                .record(&[watched as f64, num_delayed as f64], &[expired]);
         }
     }
 }

@@ -19,6 +19,7 @@
 //!   lock, so a plain load and store set them (readers take none), and a cancel through
 //!   any handle is seen by all of them.
 
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -95,16 +96,6 @@ fn encode_edge(expiration_ms: i64) -> Option<i64> {
     }
 }
 
-/// The inverse of [`encode`].
-#[inline]
-fn decode(code: i64) -> i64 {
-    match code {
-        NEVER_AFTER => i64::MAX,
-        NEVER_BEFORE => i64::MIN,
-        ms => ms,
-    }
-}
-
 /// A word of shard number `shard_id` and expiration bits `high` (sign-extended on reading).
 #[inline]
 fn word(shard_id: u32, high: i64) -> u64 {
@@ -124,16 +115,9 @@ impl TimerTaskEntry {
         let mut entry = TimerTaskEntry::at(shard, key);
         match encode(expiration_ms) {
             Some(code) => *entry.word.get_mut() = word(shard.id, code),
-            None => entry.set_expiration_cold(state, expiration_ms),
+            None => entry.set_expiration(state, expiration_ms),
         }
         entry
-    }
-
-    /// `set_expiration`, out of line, for `pending`'s rare case.
-    #[cold]
-    #[inline(never)]
-    fn set_expiration_cold(&self, state: &mut ShardState, expiration_ms: i64) {
-        self.set_expiration(state, expiration_ms);
     }
 
     /// A handle to the task that waits in `shard` under `key`, whose expiration it does not
@@ -184,18 +168,19 @@ impl TimerTaskEntry {
 
     /// Returns the record this handle shares, if it shares one.
     fn record(&self) -> Option<Record> {
-        self.record_shard()?.lock().clones.get(self.key())
+        self.record_shard()?.lock().clones.get(&self.key()).copied()
     }
 
     /// Returns the expiration the handle holds itself: exact for a handle without a shard,
     /// and for one whose bits say nothing is `SHARED`.
     fn own_expiration_ms(&self) -> i64 {
         let word = self.word.load(Ordering::Relaxed);
-        let high = word as i64 >> SHARD_ID_BITS;
-        if word & SHARD_MASK == 0 {
-            (high << 32) | i64::from(self.generation)
-        } else {
-            decode(high)
+        // Without a shard, the high half; with one, what `encode` made of it.
+        match (word & SHARD_MASK, word as i64 >> SHARD_ID_BITS) {
+            (0, high) => (high << 32) | i64::from(self.generation),
+            (_, NEVER_AFTER) => i64::MAX,
+            (_, NEVER_BEFORE) => i64::MIN,
+            (_, ms) => ms,
         }
     }
 
@@ -232,18 +217,37 @@ impl TimerTaskEntry {
             self.word
                 .store(word(shard_id as u32, code), Ordering::Relaxed);
         }
-        let bits = self.bits.load(Ordering::Relaxed);
-        if bits & SHARED != 0 {
-            state
-                .clones
-                .update(self.key(), |record| record.expiration_ms = expiration_ms);
-        } else if code.is_none() {
-            // Beyond what the word holds: the handle keeps a record, as clones do (another
-            // handle made from the entry's place, a keyed timer's, may have opened it).
-            self.set_bits(SHARED);
-            let clones = &mut state.clones;
-            clones.add(self.key(), 1, bits & CANCELLED != 0, expiration_ms);
-            clones.update(self.key(), |record| record.expiration_ms = expiration_ms);
+        // Shared, or beyond what the word holds: the record keeps it. A handle without a share
+        // in it takes one, as clones do (another handle made from the entry's place, a keyed
+        // timer's, may have opened it).
+        if self.bits.load(Ordering::Relaxed) & SHARED != 0 || code.is_none() {
+            self.share(state, 0).expiration_ms = expiration_ms;
+        }
+    }
+
+    /// Gives the handle a share in its entry's record (`state` is the entry's shard, locked),
+    /// with `more` other handles; the first share opens the record, with the handle's flag
+    /// and expiration.
+    #[cold]
+    fn share<'s>(&self, state: &'s mut ShardState, more: usize) -> &'s mut Record {
+        let bits = self.set_bits(SHARED);
+        let record = state.clones.entry(self.key()).or_insert(Record {
+            handles: 0,
+            cancelled: bits & CANCELLED != 0,
+            expiration_ms: self.own_expiration_ms(),
+        });
+        record.handles += more + usize::from(bits & SHARED == 0);
+        record
+    }
+
+    /// Takes the handle's share out of its entry's record: the last one removes the record.
+    #[cold]
+    fn unshare(&self, shard: &Shard) {
+        if let Entry::Occupied(mut record) = shard.lock().clones.entry(self.key()) {
+            record.get_mut().handles -= 1;
+            if record.get().handles == 0 {
+                record.remove();
+            }
         }
     }
 
@@ -304,7 +308,7 @@ impl TimerTaskEntry {
         };
         state.count(Count::Cancelled, 1);
         if self.set_bits(CANCELLED) & SHARED != 0 {
-            state.clones.update(key, |record| record.cancelled = true);
+            self.share(&mut state, 0).cancelled = true;
         }
         drop(state);
         // Dropped after the lock is released: a task's `Drop` may call back into the timer.
@@ -341,19 +345,12 @@ impl Clone for TimerTaskEntry {
             let bits = self.bits.load(Ordering::Relaxed);
             return TimerTaskEntry::detached(self.own_expiration_ms(), bits);
         };
-        let key = self.key();
-        let mut state = shard.lock();
-        let bits = self.set_bits(SHARED);
-        // This handle counts itself in too if it had no share in the record yet.
-        let handles = 1 + usize::from(bits & SHARED == 0);
-        let own = self.own_expiration_ms();
         // The clone's own copy is for `Debug` only: being shared, it reads the record.
-        let shared = state.clones.add(key, handles, bits & CANCELLED != 0, own);
-        drop(state);
+        let shared = *self.share(&mut shard.lock(), 1);
         TimerTaskEntry {
-            bits: AtomicU32::new(key.index | SHARED),
+            bits: AtomicU32::new(self.key().index | SHARED),
             generation: self.generation,
-            word: AtomicU64::new(word(shard.id, encode(shared).unwrap_or(0))),
+            word: AtomicU64::new(word(shard.id, encode(shared.expiration_ms).unwrap_or(0))),
         }
     }
 }
@@ -361,7 +358,7 @@ impl Clone for TimerTaskEntry {
 impl Drop for TimerTaskEntry {
     fn drop(&mut self) {
         if let Some(shard) = self.record_shard() {
-            shard.lock().clones.remove(self.key());
+            self.unshare(shard);
         }
     }
 }
@@ -373,7 +370,7 @@ impl fmt::Debug for TimerTaskEntry {
         // (`cancelled()` sees it).
         let shared = self
             .record_shard()
-            .and_then(|shard| shard.try_lock()?.clones.get(self.key()));
+            .and_then(|shard| shard.try_lock()?.clones.get(&self.key()).copied());
         let expiration_ms =
             shared.map_or_else(|| self.own_expiration_ms(), |record| record.expiration_ms);
         let cancelled = self.bits.load(Ordering::Relaxed) & CANCELLED != 0;

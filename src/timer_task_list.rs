@@ -172,33 +172,25 @@ impl ListPart {
 }
 
 /// The list parts of one shard and the blocks they are made of.
+#[derive(Default)]
 pub(crate) struct Chains {
     pub(crate) blocks: Chunks<Block>,
-    /// The last block a chain let go of, kept for the next chain that needs one (or `NIL`):
-    /// an entry added and cancelled over and over at a block's edge then costs a block
-    /// neither taken from nor given back to the chunks.
-    spare: u32,
+    /// The last block a chain let go of, kept for the next chain that needs one: an entry
+    /// added and cancelled over and over at a block's edge then costs a block neither taken
+    /// from nor given back to the chunks.
+    spare: Option<u32>,
     /// By list id; grown when an entry is first added to a list of a higher id.
     parts: Vec<ListPart>,
 }
 
-impl Default for Chains {
-    fn default() -> Chains {
-        Chains {
-            blocks: Chunks::default(),
-            spare: NIL,
-            parts: Vec::new(),
-        }
-    }
-}
-
 impl Chains {
-    fn header(&self, block: u32, word: usize) -> u32 {
-        self.blocks.get(block).0[word]
+    /// Returns word `at` of `block`: a header word, or `HEADER + offset` for an entry.
+    fn word(&self, block: u32, at: usize) -> u32 {
+        self.blocks.get(block).0[at]
     }
 
-    fn set_header(&mut self, block: u32, word: usize, value: u32) {
-        self.blocks.get_mut(block).0[word] = value;
+    fn set_word(&mut self, block: u32, at: usize, value: u32) {
+        self.blocks.get_mut(block).0[at] = value;
     }
 
     /// Appends slot `index` to the current chain of list `id`; returns where it went.
@@ -228,20 +220,15 @@ impl Chains {
     fn push_block(&mut self, id: u32, index: u32) -> Loc {
         let part = self.parts[id as usize];
         let top = part.current.top;
-        let block = match std::mem::replace(&mut self.spare, NIL) {
-            NIL => {
-                self.blocks
-                    .take_vacant()
-                    .expect("block ids for every slot of a shard")
-                    .0
-            }
-            spare => spare,
-        };
+        let block = self.spare.take().unwrap_or_else(|| {
+            let vacant = self.blocks.take_vacant();
+            vacant.expect("block ids for every slot of a shard").0
+        });
         // The header, then the entry.
         let words = &mut self.blocks.get_mut(block).0;
         words[LIST..=HEADER].copy_from_slice(&[id, top, NIL, 1, part.epoch, index]);
         if top != NIL {
-            self.set_header(top, PREV, block);
+            self.set_word(top, PREV, block);
         }
         let part = &mut self.parts[id as usize];
         part.current.top = block;
@@ -264,8 +251,8 @@ impl Chains {
                 (detached, head) = (part.current, 0);
             } else {
                 // The newer entries go above the older ones, which a flush takes first.
-                self.set_header(part.current.bottom, NEXT, detached.top);
-                self.set_header(detached.top, PREV, part.current.bottom);
+                self.set_word(part.current.bottom, NEXT, detached.top);
+                self.set_word(detached.top, PREV, part.current.bottom);
                 detached.top = part.current.top;
             }
         }
@@ -285,20 +272,20 @@ impl Chains {
         if bottom == NIL {
             return None;
         }
-        let index = self.entry(bottom, part.head as usize);
+        let index = self.word(bottom, HEADER + part.head as usize);
         let head = part.head + 1;
-        if head < self.header(bottom, LEN) {
+        if head < self.word(bottom, LEN) {
             self.parts[id as usize].head = head;
         } else {
             // The bottom block is used up: the next one up is the new bottom.
-            let up = self.header(bottom, PREV);
+            let up = self.word(bottom, PREV);
             let part = &mut self.parts[id as usize];
             part.head = 0;
             part.detached.bottom = up;
             if up == NIL {
                 part.detached.top = NIL;
             } else {
-                self.set_header(up, NEXT, NIL);
+                self.set_word(up, NEXT, NIL);
             }
             self.give_back(bottom);
         }
@@ -315,9 +302,9 @@ impl Chains {
             let mut block = chain.bottom;
             while block != NIL {
                 let from = if block == chain.bottom { head } else { 0 } as usize;
-                let len = self.header(block, LEN) as usize;
-                (from..len).for_each(|offset| f(self.entry(block, offset)));
-                block = self.header(block, PREV);
+                let len = self.word(block, LEN) as usize;
+                (from..len).for_each(|offset| f(self.word(block, HEADER + offset)));
+                block = self.word(block, PREV);
             }
         }
     }
@@ -325,7 +312,7 @@ impl Chains {
     /// Takes the emptied block `top` off the top of one of list `id`'s chains.
     #[cold]
     fn drop_top(&mut self, id: u32, top: u32, current: bool) {
-        let next = self.header(top, NEXT);
+        let next = self.word(top, NEXT);
         let part = &mut self.parts[id as usize];
         let chain = if current {
             &mut part.current
@@ -339,15 +326,15 @@ impl Chains {
                 part.head = 0;
             }
         } else {
-            self.set_header(next, PREV, NIL);
+            self.set_word(next, PREV, NIL);
         }
         self.give_back(top);
     }
 
     /// Gives a block a chain let go of back: as the spare, or to the chunks.
     fn give_back(&mut self, block: u32) {
-        if self.spare == NIL {
-            self.spare = block;
+        if self.spare.is_none() {
+            self.spare = Some(block);
         } else {
             self.blocks.give_back(block);
         }
@@ -380,24 +367,18 @@ impl Chains {
         if len == floor {
             self.drop_top(id, top, current);
         }
-        let last_at = Loc::new(top, len as usize);
-        if last_at == loc {
+        if Loc::new(top, len as usize) == loc {
             return None;
         }
         self.blocks.get_mut(block).0[HEADER + loc.offset()] = last;
         Some((last, loc))
     }
 
-    /// Returns the entry at `offset` of `block`.
-    fn entry(&self, block: u32, offset: usize) -> u32 {
-        self.blocks.get(block).0[HEADER + offset]
-    }
-
     /// Empties every list and moves every block chunk into `out`, for the caller to unmap
     /// with no lock held.
     pub(crate) fn clear(&mut self, out: &mut Vec<Region<Block>>) {
         self.parts.clear();
-        self.spare = NIL;
+        self.spare = None;
         self.blocks.clear(out);
     }
 }
@@ -430,7 +411,7 @@ mod tests {
     impl Chains {
         /// Returns the number of blocks in chains (the spare not counted).
         fn blocks_in_use(&self) -> usize {
-            self.blocks.live() - usize::from(self.spare != NIL)
+            self.blocks.live() - usize::from(self.spare.is_some())
         }
 
         /// Returns the entries of list `id`, detached ones first, each chain oldest first.
@@ -568,7 +549,7 @@ mod tests {
         }
         // Every remaining entry's loc points at it.
         for (&index, &loc) in &m.locs {
-            assert_eq!(m.chains.entry(loc.block(), loc.offset()), index);
+            assert_eq!(m.chains.word(loc.block(), HEADER + loc.offset()), index);
         }
         let mut all: Vec<u32> = (0..4).flat_map(|id| m.chains.entries(id)).collect();
         all.sort_unstable();

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::delayed_operation::{Delayed, DelayedOperation, ExpiredCount, Expiry};
-use crate::metrics::{PurgatoryMetrics, PurgatoryReading};
+use crate::metrics::PurgatoryMetrics;
 use crate::system_timer::SystemTimer;
 use crate::system_timer_reaper::{ReaperThread, SharedSystemTimerReaper};
 use crate::time::hi_res_clock_ms;
@@ -733,10 +733,9 @@ impl<K: Eq + Hash + Clone, Op: DelayedOperation> Inner<K, Op> {
 impl<K, Op> Inner<K, Op> {
     /// Reports the gauges and the counter (nothing without the `metrics` feature).
     fn record_metrics(&self) {
-        self.metrics.record(|| PurgatoryReading {
-            watched: self.watch_lists.watched(),
-            num_delayed: self.timer.size(),
-            expired: self.expired.total(),
+        self.metrics.record(|| {
+            let (watched, delayed) = (self.watch_lists.watched(), self.timer.size());
+            (watched, delayed, self.expired.total())
         });
     }
 }

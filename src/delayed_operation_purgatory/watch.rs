@@ -136,8 +136,7 @@ impl<K: Eq + Hash + Clone, Op: DelayedOperation> WatchLists<K, Op> {
 
     /// Stops watching `key`: removes its list, and returns the operations that were in it.
     pub(super) fn remove_key(&self, key: &K) -> Vec<Delayed<Op>> {
-        let removed = self.shard(key).lists.lock().remove(key);
-        removed.unwrap_or_default()
+        self.shard(key).lists.lock().remove(key).unwrap_or_default()
     }
 }
 

@@ -75,6 +75,7 @@ struct Shared {
 }
 
 /// Guarded by [`Shared::state`]'s lock, a leaf.
+#[derive(Default)]
 struct State {
     /// The current deadline has passed (or its timer dropped its task).
     elapsed: bool,
@@ -146,10 +147,7 @@ impl Sleep {
     ) -> Sleep {
         let shared = Arc::new(Shared {
             deadline: AtomicU64::new(0),
-            state: Mutex::new(State {
-                elapsed: false,
-                waker: None,
-            }),
+            state: Mutex::default(),
             schedule,
         });
         let entry = shared.add(&*timer, 0, delay_ms);

@@ -143,19 +143,15 @@ impl WorkerTimer {
     /// Panics if `runtime` has no I/O driver (tokio's own panic).
     #[track_caller]
     pub fn with_handle(timer: impl Timer + 'static, runtime: &tokio::runtime::Handle) -> Self {
-        let relay = match Relay::spawn(runtime) {
-            Ok(relay) => Some(Arc::new(relay)),
-            Err(error) => {
-                log::warn!(
-                    "WorkerTimer: cannot wait on the runtime's I/O driver ({error}); \
-                     expired tasks run on the timer's executor"
-                );
-                None
-            }
-        };
+        let relay = Relay::spawn(runtime).inspect_err(|error| {
+            log::warn!(
+                "WorkerTimer: cannot wait on the runtime's I/O driver ({error}); \
+                 expired tasks run on the timer's executor"
+            );
+        });
         WorkerTimer {
             timer: Arc::new(timer),
-            relay,
+            relay: relay.ok().map(Arc::new),
         }
     }
 
@@ -195,13 +191,11 @@ impl Relay {
 
     /// Hands `task` to the relay task; runs it here if the runtime is gone.
     fn send(&self, task: Box<dyn TimerTask>) {
-        if let Err(gone) = self.queue.send(task) {
-            run_task(gone.into_inner());
-            return;
-        }
-        if !self.signaled.swap(true, Ordering::SeqCst) {
+        match self.queue.send(task) {
+            Err(gone) => run_task(gone.into_inner()),
             // A full socket already holds a byte for the relay task: nothing is lost.
-            let _ = (&self.wake).write(&[1]);
+            Ok(()) if !self.signaled.swap(true, Ordering::SeqCst) => _ = (&self.wake).write(&[1]),
+            Ok(()) => {}
         }
     }
 }
@@ -225,11 +219,9 @@ async fn relay(
             }
         }
         signaled.store(false, Ordering::SeqCst);
-        let mut ran = 0;
-        while let Ok(task) = tasks.try_recv() {
+        for (ran, task) in tasks.try_iter().enumerate() {
             run_task(task);
-            ran += 1;
-            if ran % BATCH == 0 {
+            if (ran + 1) % BATCH == 0 {
                 tokio::task::yield_now().await;
             }
         }

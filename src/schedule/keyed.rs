@@ -11,7 +11,7 @@
 //!   the `add` that makes it has not returned yet (or if the task never entered the timer's
 //!   store: handed to the executor inside `add`, or refused).
 //! - The timer holds a token task per scheduling (`schedule::token`), whose token is the
-//!   scheduling's id and whose payload is the key, its hash and the user's task. When the
+//!   scheduling's id and whose payload is the key's hash and the user's task. When the
 //!   timer runs it, it first *claims* its slot: under the shard's lock, it removes the slot
 //!   if the slot still has its id (Kafka's `tasks.remove(key, this)`), and only then runs
 //!   the user's task. A wrapper whose slot was replaced or removed drops the user's task
@@ -156,26 +156,21 @@ struct Slot {
     entry: Result<Place, i64>,
 }
 
-/// Where a timer entry lives: the handle's location without its expiration, which the
-/// keyed timer never reads (see [`Place::handle`]).
-#[derive(Clone, Copy)]
-struct Place {
-    shard: &'static Shard,
-    key: EntryKey,
-}
+/// Where a timer entry lives: the handle's location (`TimerTaskEntry::location`) without
+/// its expiration, which the keyed timer never reads (see [`handle`]).
+type Place = (&'static Shard, EntryKey);
 
-impl Place {
-    /// A handle to the entry, to cancel or move it with once the map's lock is released.
-    ///
-    /// A second handle made from the entry's place, not a clone of the one `add` returned
-    /// (a clone registers with the shard under its lock): sound because a keyed timer
-    /// never clones its entries, so no clone record needs to hear of a move (one that a
-    /// move beyond what a handle holds opens is the handle's own, and goes with it). Its
-    /// `expiration_ms` is not known here; `cancel` and the timers' `reschedule` do not read
-    /// it, and the handle is dropped when the call returns.
-    fn handle(self) -> TimerTaskEntry {
-        TimerTaskEntry::at(self.shard, self.key)
-    }
+/// A handle to the entry at `place`, to cancel or move it with once the map's lock is
+/// released.
+///
+/// A second handle made from the entry's place, not a clone of the one `add` returned (a
+/// clone registers with the shard under its lock): sound because a keyed timer never clones
+/// its entries, so no clone record needs to hear of a move (one that a move beyond what a
+/// handle holds opens is the handle's own, and goes with it). Its `expiration_ms` is not
+/// known here; `cancel` and the timers' `reschedule` do not read it, and the handle is
+/// dropped when the call returns.
+fn handle((shard, key): Place) -> TimerTaskEntry {
+    TimerTaskEntry::at(shard, key)
 }
 
 impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
@@ -194,9 +189,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         KeyedTimer {
             timer,
             shared: Arc::new(Shared {
-                shards: (0..SHARDS)
-                    .map(|_| Padded(Mutex::new(HashTable::new())))
-                    .collect(),
+                shards: (0..SHARDS).map(|_| Padded(Mutex::default())).collect(),
                 hasher: RandomState::new(),
                 len: AtomicUsize::new(0),
                 next_id: AtomicU64::new(0),
@@ -303,22 +296,15 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// ```
     pub fn reschedule(&self, key: &K, delay: impl IntoDelayMs) -> bool {
         let delay_ms = delay.into_delay_ms();
-        let hash = self.shared.hasher.hash_one(key);
         // No task, or its `add` has not returned yet (see "Concurrency").
-        let Some(place) = self
-            .shared
-            .shard(hash)
-            .lock()
-            .find(hash, |(k, _)| k == key)
-            .and_then(|(_, slot)| slot.entry.ok())
-        else {
+        let Some(Ok(place)) = self.shared.find(key).map(|slot| slot.entry) else {
             return false;
         };
         // The timer is called with no lock of ours held (a `MockTimer` runs a task due
         // now inside the call, and its token claims the slot). A true result takes effect
         // as of the read above: a cancel or replacement that removed the slot since then
         // cancels the moved task once this returns (see "Concurrency").
-        self.timer.reschedule(&place.handle(), delay_ms)
+        self.timer.reschedule(&handle(place), delay_ms)
     }
 
     /// Schedules `task` under `key` unless a task is scheduled under it; returns true iff
@@ -365,7 +351,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             return false;
         };
         if let Ok(place) = slot.entry {
-            place.handle().cancel();
+            handle(place).cancel();
         }
         true
     }
@@ -387,9 +373,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
     /// assert!(!timeouts.is_scheduled(&"a"), "it ran");
     /// ```
     pub fn is_scheduled(&self, key: &K) -> bool {
-        let hash = self.shared.hasher.hash_one(key);
-        let map = self.shared.shard(hash).lock();
-        map.find(hash, |(k, _)| k == key).is_some()
+        self.shared.find(key).is_some()
     }
 
     /// Returns the number of keys with a scheduled task (see
@@ -553,10 +537,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
             .into_iter()
             .map(|(key, deadline)| (key, delay_until(now, deadline)))
             .collect();
-        let lapsed_count = entries
-            .iter()
-            .filter(|(_, delay_ms)| *delay_ms == 0)
-            .count();
+        let lapsed_count = entries.iter().filter(|&&(_, ms)| ms == 0).count();
         let window_ms = match lapsed {
             Lapsed::Spread(window) => window.into_delay_ms(),
             _ => 0,
@@ -622,21 +603,17 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         };
         drop(map);
         if let Some(Ok(place)) = replaced.as_ref().map(|slot| slot.entry) {
-            place.handle().cancel();
+            handle(place).cancel();
         }
-        let payload = Payload { hash, task };
-        let entry = self
-            .timer
-            .add(TokenTask::boxed(Arc::clone(shared), id, delay_ms, payload));
+        let task = TokenTask::boxed(Arc::clone(shared), id, delay_ms, (hash, task));
+        let entry = self.timer.add(task);
         // The map's lock is released before `else` (edition 2024).
         if let Some((_, slot)) = shared
             .shard(hash)
             .lock()
             .find_mut(hash, |(_, slot)| slot.id == id)
         {
-            if let Some((shard, key)) = entry.location() {
-                slot.entry = Ok(Place { shard, key });
-            }
+            slot.entry = entry.location().ok_or(delay_ms);
         } else {
             // Replaced or cancelled while `add` ran (or it already ran, or a closed timer
             // refused it, and then this does nothing): drop it now.
@@ -644,15 +621,6 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static> KeyedTimer<K> {
         }
         replaced.is_some()
     }
-}
-
-/// What a keyed timer's token task carries besides its id, which is its slot's while the
-/// slot is its own: no key, so that scheduling clones none and the task finds its slot by
-/// hash and id, with no call to the key's `Eq`.
-struct Payload {
-    /// The key's hash, so that the task finds its slot without hashing the key again.
-    hash: u64,
-    task: Box<dyn TimerTask>,
 }
 
 impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
@@ -667,19 +635,24 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
     /// was cancelled, or it expired: it runs or ran). A delay is from `now_ms`.
     fn expiration(&self, key: &K, mut slot: Slot, now_ms: i64) -> Option<i64> {
         loop {
-            let place = match slot.entry {
+            let (shard, entry_key) = match slot.entry {
                 Ok(place) => place,
                 Err(delay_ms) => return Some(now_ms.saturating_add(delay_ms)),
             };
-            if let Some(expiration_ms) = place.shard.lock().expiration(place.key) {
+            if let Some(expiration_ms) = shard.lock().expiration(entry_key) {
                 return Some(expiration_ms);
             }
-            let hash = self.hasher.hash_one(key);
-            let map = self.shard(hash).lock();
-            let (_, now) = map.find(hash, |(k, _)| k == key)?;
+            let now = self.find(key)?;
             (now.id != slot.id).then_some(())?;
-            slot = *now;
+            slot = now;
         }
+    }
+
+    /// Returns the slot of `key`, if it has one.
+    fn find(&self, key: &K) -> Option<Slot> {
+        let hash = self.hasher.hash_one(key);
+        let map = self.shard(hash).lock();
+        map.find(hash, |(k, _)| k == key).map(|(_, slot)| *slot)
     }
 
     /// Removes the slot of a key hashed to `hash` that `is` picks, and returns it: the
@@ -695,23 +668,22 @@ impl<K: Eq + Hash + Send + Sync + 'static> Shared<K> {
 /// A keyed timer's token task: runs the user's task only if it is still the one scheduled
 /// under its key (see the module's ground rules).
 impl<K: Eq + Hash + Send + Sync + 'static> TokenOwner for Shared<K> {
-    type Payload = Payload;
+    /// Besides its id (its slot's while the slot is its own), the key's hash and the
+    /// user's task: no key, so that scheduling clones none, and the task finds its slot by
+    /// hash and id, without hashing the key again or calling its `Eq`.
+    type Payload = (u64, Box<dyn TimerTask>);
 
-    fn report(self: Arc<Self>, id: u64, payload: Payload, expired: bool) {
+    fn report(self: Arc<Self>, id: u64, (hash, task): Self::Payload, expired: bool) {
         // Claims the slot if it is still this task's (ids are never reused): an expired
         // task then runs. Otherwise it was replaced or cancelled, and is dropped here,
         // unrun; a task the timer dropped (closed, stopped, refused) forgets its key.
-        if self
-            .remove(payload.hash, |(_, slot)| slot.id == id)
-            .is_some()
-            && expired
-        {
-            payload.task.run();
+        if self.remove(hash, |(_, slot)| slot.id == id).is_some() && expired {
+            task.run();
         }
     }
 
-    fn task_name(&self, payload: &Payload) -> &'static str {
-        payload.task.name()
+    fn task_name(&self, (_, task): &Self::Payload) -> &'static str {
+        task.name()
     }
 }
 
@@ -774,7 +746,7 @@ impl<K> Drop for KeyedTimer<K> {
         // so does each key's drop. The wrappers' own drops then find their slots gone.
         for (_key, slot) in slots {
             if let Ok(place) = slot.entry {
-                place.handle().cancel();
+                handle(place).cancel();
             }
         }
     }

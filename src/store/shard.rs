@@ -241,9 +241,8 @@ impl ShardState {
         }
         let loc = std::mem::replace(&mut slot.loc, Loc::UNLISTED);
         self.unlist(loc);
-        let index = key.index;
         Some(Some(Entry {
-            index,
+            index: key.index,
             expiration_ms,
         }))
     }
@@ -257,9 +256,7 @@ impl ShardState {
         }
         if let Some(at) = loc.held_at() {
             self.unhold(at);
-            return;
-        }
-        if let Some((moved, at)) = self.chains.remove(loc) {
+        } else if let Some((moved, at)) = self.chains.remove(loc) {
             self.slots.get_mut(moved).loc = at;
         }
     }
@@ -322,8 +319,10 @@ impl ShardState {
     pub(crate) fn min_expiration(&self, id: u32) -> Option<i64> {
         let mut min = None;
         self.chains.for_each_entry(id, |index| {
-            let expiration_ms = self.slots.get(index).expiration_ms;
-            min = Some(min.map_or(expiration_ms, |min: i64| min.min(expiration_ms)));
+            min = Some(
+                min.unwrap_or(i64::MAX)
+                    .min(self.slots.get(index).expiration_ms),
+            );
         });
         min
     }
@@ -405,9 +404,7 @@ impl Shard {
 
 impl fmt::Debug for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shard")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
+        f.debug_struct("Shard").finish_non_exhaustive()
     }
 }
 
@@ -492,10 +489,11 @@ impl Drop for ShardGuard<'_> {
     }
 }
 
-/// The record the handles of one entry share.
+/// The record the handles of one entry share (see `TimerTaskEntry`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Record {
-    handles: usize,
+    /// The handles that share it: the last one dropped removes it.
+    pub(crate) handles: usize,
     /// True once a cancel through one of the handles won.
     pub(crate) cancelled: bool,
     pub(crate) expiration_ms: i64,
@@ -503,48 +501,7 @@ pub(crate) struct Record {
 
 /// What the clones of a handle share with their original, keyed by their entry: whether a
 /// cancel through any of them won, and the entry's latest expiration.
-#[derive(Debug, Default)]
-pub(crate) struct Clones(HashMap<EntryKey, Record>);
-
-impl Clones {
-    /// Counts `handles` more handles of `key`'s entry in their record, which the first of
-    /// them opens with `cancelled` and `expiration_ms`; returns the record's expiration.
-    pub(crate) fn add(
-        &mut self,
-        key: EntryKey,
-        handles: usize,
-        cancelled: bool,
-        expiration_ms: i64,
-    ) -> i64 {
-        let record = self.0.entry(key).or_insert(Record {
-            handles: 0,
-            cancelled,
-            expiration_ms,
-        });
-        record.handles += handles;
-        record.expiration_ms
-    }
-
-    /// Unregisters one handle of `key`'s entry.
-    pub(crate) fn remove(&mut self, key: EntryKey) {
-        if let Some(record) = self.0.get_mut(&key) {
-            record.handles -= 1;
-            if record.handles == 0 {
-                self.0.remove(&key);
-            }
-        }
-    }
-
-    /// Returns the record of `key`'s handles, if they share one.
-    pub(crate) fn get(&self, key: EntryKey) -> Option<Record> {
-        self.0.get(&key).copied()
-    }
-
-    /// Changes the record of `key`'s handles with `f`, if they share one.
-    pub(crate) fn update(&mut self, key: EntryKey, f: impl FnOnce(&mut Record)) {
-        self.0.get_mut(&key).map(f);
-    }
-}
+pub(crate) type Clones = HashMap<EntryKey, Record>;
 
 /// A reader-writer lock around a `T` whose read side is striped over the shards of a
 /// timer's entries (see the module docs).
@@ -870,13 +827,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::thread;
     use std::time::Duration;
-
-    impl Clones {
-        /// Returns the number of records (for the handle's tests).
-        pub(crate) fn len(&self) -> usize {
-            self.0.len()
-        }
-    }
 
     #[test]
     fn a_writer_excludes_readers_on_every_stripe() {

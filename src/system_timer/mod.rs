@@ -581,6 +581,7 @@ impl SystemTimer {
 
     /// The instant of a call plus `delay_ms`, on the timer's clock, never early (see
     /// "Differences from Kafka").
+    #[inline]
     fn expiration_after(&self, delay_ms: i64) -> i64 {
         self.clock.ms_ceil().saturating_add(delay_ms)
     }
