@@ -8,7 +8,8 @@
 //! current one.
 //!
 //! `add` needs `ceil(now)` in milliseconds. Reading `Instant::now` costs more than a fifth
-//! of an `add` (`docs/performance.md`, "The clock read"); the counter costs a third of it.
+//! of an `add` (`docs/performance.md`, "The ledger's figures"); the counter, a few
+//! instructions.
 //! Each thread keeps the millisecond it last read, `C = ceil(N)` for a reading `N` in
 //! nanoseconds, and the counter value up to which `C` is still the ceiling: `ceil(T) = C`
 //! for every later instant `T` before `C` ms. A call that finds the counter below that

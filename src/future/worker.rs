@@ -44,7 +44,7 @@ use crate::timer::{Timer, forward_timer};
 /// Tasks the relay task runs before it yields to the runtime's other tasks. Each task it
 /// wakes goes to the worker's local queue, which overflows into the global queue, behind a
 /// burst, if a run wakes too many at once; tokio's timer wakes 32 at a time too (see
-/// docs/performance.md, "Async wakes under a burst").
+/// docs/performance.md, "Where expiries run, and async wakes").
 const BATCH: usize = 32;
 
 /// A timer whose expired tasks run on the worker threads of a tokio runtime (cargo

@@ -15,7 +15,7 @@
 //! Why not the heap: with glibc's malloc, the executor frees every task box into the arena
 //! of the thread that added it, whose fastbins are coalesced, under the arena's lock, by
 //! the next large `free` or `malloc` there: the driver then stalled in an ordinary `free`
-//! (see the stalls in `docs/performance.md`). Mapped memory meets no arena, and unmapping
+//! (the ledger in `docs/design.md`). Mapped memory meets no arena, and unmapping
 //! gives the pages back at once, so RSS follows the live set too.
 //!
 //! # Ground rules
@@ -574,8 +574,8 @@ mod mapped {
 /// can be asked (x86-64); nothing otherwise. Never reads `value` itself.
 ///
 /// The first read of a task's box on the executor, and of a slot in a flush, is likely a
-/// cache miss; asking ahead lets the misses overlap ("The prefetch" in
-/// `docs/performance.md`). Safe code could reach a `dyn TimerTask`'s memory only by calling
+/// cache miss; asking ahead lets the misses overlap (the ledger in
+/// `docs/design.md`). Safe code could reach a `dyn TimerTask`'s memory only by calling
 /// into it.
 #[inline]
 pub(crate) fn prefetch<T: ?Sized>(value: &T) {

@@ -38,7 +38,8 @@ use crate::timer_task_list::TimerTaskList;
 use crate::timing_wheel::{BucketQueue, TimingWheel};
 
 /// Entries a flush re-adds per lock hold, so that an `add` or `cancel` on the same stripe
-/// waits for at most one chunk; 512 and 32 were measured worse (`docs/performance.md`).
+/// waits for at most one chunk; 512 and 32 were measured worse
+/// (runs of an earlier design, in git's history of `docs/performance.md`).
 const FLUSH_CHUNK: usize = 64;
 
 /// Entries of flushes not yet urgent that one `advance_clock` call re-adds.

@@ -104,7 +104,7 @@ use flush::{Expiring, Flusher, Parts, add_timer_task_entry};
 /// adding thread uses maps 128 KiB at its first add (4 shards per hardware thread, at most
 /// 64): 177 KiB after one add, 1.1 MiB after adds from 32 threads on 2 hardware threads.
 /// Share one timer rather than make one per connection. (Measured with `cargo run --release
-/// --example footprint`: `docs/performance.md`, "A timer's footprint".)
+/// --example footprint`: `docs/performance.md`, "Memory".)
 ///
 /// # Flushing in chunks
 ///
@@ -319,8 +319,8 @@ impl SystemTimer {
     /// It locks the shards one at a time, briefly, and reads the expirations of the entries of the
     /// earliest lists: at the lowest level, the tasks due in the earliest millisecond that
     /// has any; when the earliest list is a coarser one (the next task is far away), that
-    /// list's tasks; with tasks held, the oldest of each shard. `docs/performance.md` has its
-    /// figures. Adds and cancels pay nothing for it.
+    /// list's tasks; with tasks held, the oldest of each shard. Its cost grows with those
+    /// lists' entries; adds and cancels pay nothing for it.
     ///
     /// While other threads add, cancel or flush, the result may miss what they do
     /// meanwhile; on a quiet timer it is exact.
