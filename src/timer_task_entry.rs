@@ -387,6 +387,19 @@ mod tests {
     use crate::store::shard::Shards;
     use crate::task::timer_task;
 
+    /// A task in a slot of `shard`, in no list, for the handles under test to name.
+    fn unlisted(shard: &'static Shard, ms: i64) -> EntryKey {
+        let task = timer_task(1, || {});
+        shard.lock().insert_unlisted(task, ms).ok().unwrap()
+    }
+
+    /// Once every handle is gone, no record is left and the task is still in its slot.
+    fn no_record_left(shard: &'static Shard, key: EntryKey) {
+        let mut state = shard.lock();
+        assert_eq!(state.clones.len(), 0, "the last handle removes the record");
+        assert!(state.take(key).is_some());
+    }
+
     /// Expirations at and around every edge of what a handle's word holds.
     const EDGES: [i64; 12] = [
         i64::MIN,
@@ -461,11 +474,7 @@ mod tests {
     fn two_handles_made_from_one_place_each_count_in_a_record_they_open() {
         let shards = Shards::take(1, None, None);
         let shard = shards[0];
-        let key = shard
-            .lock()
-            .insert_unlisted(timer_task(1, || {}), 10)
-            .ok()
-            .unwrap();
+        let key = unlisted(shard, 10);
         let (a, b) = (
             TimerTaskEntry::at(shard, key),
             TimerTaskEntry::at(shard, key),
@@ -484,20 +493,14 @@ mod tests {
             "still there for the other"
         );
         drop(b);
-        let mut state = shard.lock();
-        assert_eq!(state.clones.len(), 0);
-        assert!(state.take(key).is_some());
+        no_record_left(shard, key);
     }
 
     #[test]
     fn a_clone_of_a_handle_without_a_share_counts_both_in_the_record_its_place_opened() {
         let shards = Shards::take(1, None, None);
         let shard = shards[0];
-        let key = shard
-            .lock()
-            .insert_unlisted(timer_task(1, || {}), 10)
-            .ok()
-            .unwrap();
+        let key = unlisted(shard, 10);
         let (opener, other) = (
             TimerTaskEntry::at(shard, key),
             TimerTaskEntry::at(shard, key),
@@ -511,9 +514,7 @@ mod tests {
             "the record outlives them"
         );
         drop(clone);
-        let mut state = shard.lock();
-        assert_eq!(state.clones.len(), 0);
-        assert!(state.take(key).is_some());
+        no_record_left(shard, key);
     }
 
     #[test]
