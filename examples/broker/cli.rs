@@ -13,7 +13,7 @@ common::options! {
     Config {
         requests: usize = 48_000, "--requests" N, "requests, spread evenly over the purgatories";
         rate: u32 = 16_000, "--rate" N, "requests per second offered";
-        pool_threads: usize = 0, "--pool-threads" N,
+        pool_threads: usize = 4, "--pool-threads" N,
             "expiries on a pool of N threads (0: each purgatory's executor thread)";
         seed: u64 = 42, "--seed" N, "random seed";
     }

@@ -8,15 +8,14 @@
 //! `check_and_complete`, which completes what waited on it; the rest time out. The main
 //! thread offers the requests at a steady rate, round the eight purgatories.
 //!
-//! Every purgatory is built with `.shared_reaper(&reaper)`, so its own `SystemTimer`
-//! (with its own executor thread) is driven by the one reaper thread. The builder takes no
-//! executor for that timer: with `--pool-threads N` the example builds each timer itself, on
-//! one `threadpool::ThreadPool`, drives it with `reaper.drive`, and hands it to the builder
-//! with `.timer(..)`; such a purgatory purges only as its keys are checked.
+//! Every purgatory is built with `.shared_reaper(&reaper)`, so its own `SystemTimer` is
+//! driven by the one reaper thread, and `.threadpool(pool)`, so its expiries run on one
+//! `threadpool::ThreadPool` of `--pool-threads` threads (0: an executor thread per timer,
+//! as Kafka's).
 //!
 //! ```text
 //! cargo run --release --example broker
-//! cargo run --release --example broker -- --pool-threads 4
+//! cargo run --release --example broker -- --pool-threads 0
 //! ```
 //!
 //! At the end a table goes to stdout (`report.rs`): per purgatory, what completed and what
@@ -39,9 +38,7 @@ use cli::Config;
 use common::{Ledger, Progress, Rng, group};
 use report::{Ending, Report};
 use threadpool::ThreadPool;
-use timingwheel::{
-    Delayed, DelayedOperation, DelayedOperationPurgatory, SharedSystemTimerReaper, SystemTimer,
-};
+use timingwheel::{Delayed, DelayedOperation, DelayedOperationPurgatory, SharedSystemTimerReaper};
 
 fn main() {
     common::example_main("broker", cli::parse_args, |config| {
@@ -137,17 +134,10 @@ impl Purgatory {
         pool: Option<&ThreadPool>,
         requests: usize,
     ) -> Purgatory {
-        let builder = DelayedOperationPurgatory::builder(kind.name);
+        let builder = DelayedOperationPurgatory::builder(kind.name).shared_reaper(reaper);
         let builder = match pool {
-            None => builder.shared_reaper(reaper),
-            // The builder's own timer runs expiries on an executor thread of its own; a
-            // timer on the pool is built here, and driven by the same reaper.
-            Some(pool) => {
-                let timer = SystemTimer::builder(kind.name).threadpool(pool.clone());
-                builder
-                    .timer(reaper.drive(timer.build()))
-                    .reaper_enabled(false)
-            }
+            Some(pool) => builder.threadpool(pool.clone()),
+            None => builder,
         };
         let events = (0..kind.keys).map(|_| Arc::default()).collect();
         let ledger = Ledger::new(requests);

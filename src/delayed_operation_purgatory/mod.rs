@@ -238,6 +238,7 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
             },
             timer: None,
             shared_reaper: None,
+            pool: None,
             _types: PhantomData,
         }
     }
@@ -780,6 +781,7 @@ pub struct DelayedOperationPurgatoryBuilder<K, Op> {
     settings: Settings,
     timer: Option<Arc<dyn Timer>>,
     shared_reaper: Option<SharedSystemTimerReaper>,
+    pool: Option<threadpool::ThreadPool>,
     _types: PhantomData<fn() -> (K, Op)>,
 }
 
@@ -844,6 +846,43 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
     /// ```
     pub fn shared_reaper(mut self, reaper: &SharedSystemTimerReaper) -> Self {
         self.shared_reaper = Some(reaper.clone());
+        self
+    }
+
+    /// Runs the expiries of the purgatory's own `SystemTimer` on `pool`, a
+    /// `threadpool::ThreadPool` the service owns, instead of an executor thread of the
+    /// timer's own ([`SystemTimerBuilder::threadpool`](crate::SystemTimerBuilder::threadpool)):
+    /// purgatories on one [`shared_reaper`](Self::shared_reaper) and one pool add no thread
+    /// each. Default: the timer's own executor thread (Kafka's).
+    ///
+    /// # Panics
+    ///
+    /// `build` panics, naming both, if [`timer`](Self::timer) was given too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use timingwheel::threadpool::ThreadPool;
+    /// use timingwheel::{DelayedOperation, DelayedOperationPurgatory, SharedSystemTimerReaper};
+    /// # include!("../doc_op.rs");
+    /// # fn main() {
+    /// let (reaper, pool) = (SharedSystemTimerReaper::new("reaper"), ThreadPool::new(2));
+    /// let produce = DelayedOperationPurgatory::<u32, Op>::builder("Produce")
+    ///     .shared_reaper(&reaper)
+    ///     .threadpool(pool.clone())
+    ///     .build();
+    /// let fetch = DelayedOperationPurgatory::<u32, Op>::builder("Fetch")
+    ///     .shared_reaper(&reaper)
+    ///     .threadpool(pool.clone())
+    ///     .build();
+    /// // Two purgatories' timers: one driver thread, expiries on the service's two threads.
+    /// assert_eq!(reaper.timers(), 2);
+    /// produce.shutdown();
+    /// fetch.shutdown();
+    /// # }
+    /// ```
+    pub fn threadpool(mut self, pool: threadpool::ThreadPool) -> Self {
+        self.pool = Some(pool);
         self
     }
 
@@ -1005,20 +1044,31 @@ impl<K: Eq + Hash + Clone + Send + Sync + 'static, Op: DelayedOperation>
     #[track_caller]
     pub fn build(self) -> DelayedOperationPurgatory<K, Op> {
         let name = &self.settings.purgatory_name;
+        let for_own_timer = match (&self.shared_reaper, &self.pool) {
+            (Some(_), _) => Some("`.shared_reaper(..)`"),
+            (None, Some(_)) => Some("`.threadpool(..)`"),
+            (None, None) => None,
+        };
+        if let (Some(_), Some(setting)) = (&self.timer, for_own_timer) {
+            panic!(
+                "DelayedOperationPurgatoryBuilder::build: `.timer(..)` and {setting} both given \
+                 for purgatory {name:?}: {setting} is for the purgatory's own timer, and a given \
+                 timer is driven and executed by its caller"
+            );
+        }
+        let own_timer = || match self.pool {
+            Some(pool) => SystemTimer::builder(name).threadpool(pool).build(),
+            None => SystemTimer::new(name),
+        };
         let (timer, system_timer) = match (self.timer, &self.shared_reaper) {
-            (Some(_), Some(_)) => panic!(
-                "DelayedOperationPurgatoryBuilder::build: `.timer(..)` and `.shared_reaper(..)` \
-                 both given for purgatory {name:?}: the purgatory's own timer runs on the shared \
-                 reaper, a given one on its caller's driver"
-            ),
-            (Some(timer), None) => (timer, None),
+            (Some(timer), _) => (timer, None),
             (None, Some(reaper)) => {
-                let driven = reaper.drive(SystemTimer::new(name));
+                let driven = reaper.drive(own_timer());
                 let own = driven.shared();
                 (Arc::new(driven) as Arc<dyn Timer>, Some(own))
             }
             (None, None) => {
-                let own = Arc::new(SystemTimer::new(name));
+                let own = Arc::new(own_timer());
                 (Arc::clone(&own) as Arc<dyn Timer>, Some(own))
             }
         };
