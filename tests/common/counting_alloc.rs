@@ -2,11 +2,12 @@
 //! allocated through it (requested sizes: the allocator's rounding and fragmentation are not
 //! in it), and the allocation calls each thread made. The first is "the allocator's count"
 //! of the memory benches and the live heap of `tests/leaks.rs`; the second shows a path
-//! allocates nothing (`tests/keyed_reschedule_alloc.rs`, `benches/reschedule.rs`).
+//! allocates nothing (`tests/keyed_reschedule_alloc.rs`, `benches/memory.rs`'s
+//! `allocations`).
 //!
 //! Not part of `common`: a binary that counts declares it (`#[path]`) and installs it, as
 //! `#[global_allocator] static A: Counting<System> = Counting(System);`; it then counts
-//! every allocation of its process. The benches include it too (`benches/common`).
+//! every allocation of its process. `benches/memory.rs` includes it the same way.
 
 // Each binary reads one of the two counts.
 #![allow(dead_code)]

@@ -572,7 +572,7 @@ fn a_tick_taken_at_most_5_ms_late_keeps_the_schedule_under_every_policy() {
         let start = timer.time().hi_res_clock_ms();
         let mut interval = Interval::new(timer.clone(), 100, policy);
         assert_eq!(due_ticks(&mut interval, &waker, start), [0]);
-        timer.advance_clock(105); // tick 100 observed 5 ms late (see tests/missed_ticks.rs)
+        timer.advance_clock(105); // tick 100 observed 5 ms late (see missed_ticks.rs)
         assert_eq!(due_ticks(&mut interval, &waker, start), [100], "{policy:?}");
         timer.advance_clock(94);
         assert_eq!(

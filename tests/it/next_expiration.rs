@@ -6,7 +6,7 @@
 //!
 //! The timers run tasks inline (`SystemTimer` on an inline executor), so a task that is
 //! handed over has run when the call returns, and "pending" is "neither run nor
-//! cancelled". Which tasks run when is `tests/model.rs`'s to prove; this file reads it off
+//! cancelled". Which tasks run when is `model.rs`'s to prove; this file reads it off
 //! the tasks and holds `next_expiration_ms` to it.
 //!
 //! Run more cases with `PROPTEST_CASES=10000 cargo test --release --test next_expiration`.

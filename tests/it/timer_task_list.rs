@@ -4,7 +4,7 @@
 //! TimerTaskListTest.java` (checked against commit 6d8f061: nothing added since the port),
 //! Apache License 2.0.
 //!
-//! `testGetDelay` is ported in `src/threads/delay_queue.rs`
+//! `testGetDelay` is ported in `src/delay_queue.rs`
 //! (`delay_queue::tests::a_bucket_is_due_at_its_expiration_and_not_before`): this port's
 //! buckets are due through its delay queue, which is crate-private.
 //!

@@ -3,7 +3,7 @@
 //! executor thread; never early; a task's panic is caught; a runtime that shut down leaves
 //! the tasks to the timer's executor, and one without an I/O driver cannot take the relay;
 //! the relay task ends with the last `WorkerTimer` and the last task pending there, which
-//! still runs on a worker. The figures under load are in `benches/async_wakes.rs`.
+//! still runs on a worker. The figures under load: the `async_wakes` workload of `benches/wheel.rs`.
 
 use std::sync::Arc;
 use std::sync::mpsc;
