@@ -13,8 +13,10 @@ use timingwheel::{KeyedTimer, SystemTimer, Timer, TimerTaskEntry, timer_task};
 use tokio_util::time::{DelayQueue, delay_queue::Key};
 
 use crate::baselines::{self, BTreeTimer, HeapTimer, TokioTimer, task, tokio_runtime};
+use crate::harness::{
+    Counters, fmt, header, ns_per, on_threads, param, report, row, shuffled, table,
+};
 use crate::harness::{Rng, SEED, alternating, case, delays, in_child, list, median, names};
-use crate::harness::{ns_per, on_threads, param, report, shuffled, table};
 
 /// The task a user adds: a closure that captures an `Arc`.
 type Task = Box<dyn FnOnce() + Send>;
@@ -495,6 +497,29 @@ fn pass(side: &dyn Heartbeat, order: &[usize]) -> f64 {
     ns_per(order.len(), |k| side.beat(order[k], 10_000))
 }
 
+/// Where a heartbeat's nanoseconds go: each side's hardware events over one pass in `order`,
+/// per heartbeat (the pass's own reads, of `order` in sequence and of the session's id or
+/// handle at random, included), where the machine counts them.
+fn events_per_heartbeat(sides: &[&dyn Heartbeat], labels: &[&str], order: &[usize]) {
+    let mut counters = Counters::open();
+    let events = counters.names();
+    if events.is_empty() {
+        return println!("\nNo hardware events to count here (`perf_event_open`).");
+    }
+    let counts: Vec<Vec<u64>> = sides
+        .iter()
+        .map(|side| counters.count(|| _ = pass(*side, order)))
+        .collect();
+    println!("\nHardware events per heartbeat, random order, one pass each\n");
+    header(&[&["event"][..], labels].concat());
+    for (e, event) in events.iter().enumerate() {
+        let per = counts.iter().map(|c| fmt(c[e] as f64 / order.len() as f64));
+        row(&std::iter::once(event.to_string())
+            .chain(per)
+            .collect::<Vec<_>>());
+    }
+}
+
 /// Session heartbeats: one timeout per session key, pushed back at every heartbeat to the
 /// session timeout (10 s) from now; N (10^6) sessions, first scheduled 1-10,000 ms out,
 /// nothing driven. `KeyedTimer::reschedule` against tokio-util's
@@ -541,6 +566,7 @@ pub(crate) fn heartbeats() {
     let ns = (0..rounds).map(|r| alternating(r, 4, |s| pass(sides[s], &order)));
     let title = format!("{n} sessions in random order: ns per heartbeat");
     table(&title, &labels, &ns.collect::<Vec<_>>(), true);
+    events_per_heartbeat(&sides, &labels, &order);
     let all: Vec<usize> = (0..n).collect();
     let in_key_order = [sides.map(|side| pass(side, &all)).to_vec()];
     let title = "in key order, one round: ns per heartbeat";

@@ -310,3 +310,54 @@ pub(crate) fn rss_bytes() -> u64 {
 pub(crate) fn run_delay_ns() -> u64 {
     proc_field("/proc/thread-self/schedstat", 1)
 }
+
+/// Hardware events of the calling thread (`perf_event_open`, user space only), where the
+/// machine and the kernel let this process count them: a VM without a virtual PMU counts
+/// none, and an event the processor lacks is left out.
+pub(crate) struct Counters(Vec<(&'static str, perf_event::Counter)>);
+
+impl Counters {
+    pub(crate) fn open() -> Counters {
+        use perf_event::Builder;
+        use perf_event::events::{Cache, CacheId, CacheOp, CacheResult, Hardware};
+        let miss = |which| Cache {
+            which,
+            operation: CacheOp::READ,
+            result: CacheResult::MISS,
+        };
+        let events = [
+            ("instructions", Builder::new(Hardware::INSTRUCTIONS)),
+            ("cycles", Builder::new(Hardware::CPU_CYCLES)),
+            ("L1D read misses", Builder::new(miss(CacheId::L1D))),
+            ("LLC read misses", Builder::new(miss(CacheId::LL))),
+            ("dTLB read misses", Builder::new(miss(CacheId::DTLB))),
+        ];
+        let open = events
+            .into_iter()
+            .filter_map(|(name, b)| Some((name, b.build().ok()?)));
+        Counters(open.collect())
+    }
+
+    /// The events counted, in the order [`count`](Counters::count) returns them.
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        self.0.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// Runs `work`, and returns each event's count over it.
+    pub(crate) fn count(&mut self, work: impl FnOnce()) -> Vec<u64> {
+        for (_, counter) in &mut self.0 {
+            counter
+                .reset()
+                .and_then(|()| counter.enable())
+                .expect("a counter starts");
+        }
+        work();
+        let stop =
+            |counter: &mut perf_event::Counter| counter.disable().and_then(|()| counter.read());
+        let counts = self
+            .0
+            .iter_mut()
+            .map(|(_, counter)| stop(counter).expect("a counter reads"));
+        counts.collect()
+    }
+}
