@@ -497,6 +497,34 @@ fn pass(side: &dyn Heartbeat, order: &[usize]) -> f64 {
     ns_per(order.len(), |k| side.beat(order[k], 10_000))
 }
 
+/// `len` words linked into one cycle in random order: following it is a chain of dependent
+/// reads at random, each a cache miss (and a TLB miss) once the chain is far larger than the
+/// caches.
+struct RandomChain {
+    next: Vec<usize>,
+    at: std::cell::Cell<usize>,
+}
+
+impl RandomChain {
+    /// Follows one link.
+    fn next(&self) -> usize {
+        self.at.set(self.next[self.at.get()]);
+        self.at.get()
+    }
+}
+
+fn random_chain(len: usize) -> RandomChain {
+    let order = shuffled(len, SEED);
+    let mut next = vec![0; len];
+    for (k, &i) in order.iter().enumerate() {
+        next[i] = order[(k + 1) % len];
+    }
+    RandomChain {
+        next,
+        at: std::cell::Cell::new(order[0]),
+    }
+}
+
 /// Where a heartbeat's nanoseconds go: each side's hardware events over one pass in `order`,
 /// per heartbeat (the pass's own reads, of `order` in sequence and of the session's id or
 /// handle at random, included), where the machine counts them.
@@ -526,8 +554,9 @@ fn events_per_heartbeat(sides: &[&dyn Heartbeat], labels: &[&str], order: &[usiz
 /// `reset` (a `HashMap` from key to its `Key`, behind a mutex), `Timer::reschedule` of
 /// handles the caller keeps, and `KeyedTimer::schedule` of a new task; every side scheduled
 /// by two threads (session i by thread i % 2). Per heartbeat: a pass over the sessions in one
-/// fixed random order per round (then one in key order); throughput: two threads on disjoint
-/// halves, heartbeats per second. The sides alternate within each round.
+/// fixed random order per round (then one in key order), beside one dependent read at random
+/// (a pointer chase over `chain_mib=` 256 MiB: what one miss costs here); throughput: two
+/// threads on disjoint halves, heartbeats per second. The sides alternate within each round.
 pub(crate) fn heartbeats() {
     let n = param("n", 1_000_000, 10_000);
     let (rounds, passes) = (param("rounds", 9, 3), param("passes", 4, 20));
@@ -563,9 +592,16 @@ pub(crate) fn heartbeats() {
     for side in sides {
         pass(side, &order);
     }
-    let ns = (0..rounds).map(|r| alternating(r, 4, |s| pass(sides[s], &order)));
+    // The unit a heartbeat at random is made of, read in every round beside the sides.
+    let chain = random_chain(param("chain_mib", 256, 16) << 17);
+    let ns = (0..rounds).map(|r| {
+        let mut figures = alternating(r, 4, |s| pass(sides[s], &order));
+        figures.push(ns_per(1_000_000, |_| _ = black_box(chain.next())));
+        figures
+    });
     let title = format!("{n} sessions in random order: ns per heartbeat");
-    table(&title, &labels, &ns.collect::<Vec<_>>(), true);
+    let chase = [&labels[..], &["one dependent read"]].concat();
+    table(&title, &chase, &ns.collect::<Vec<_>>(), true);
     events_per_heartbeat(&sides, &labels, &order);
     let all: Vec<usize> = (0..n).collect();
     let in_key_order = [sides.map(|side| pass(side, &all)).to_vec()];
