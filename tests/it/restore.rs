@@ -331,6 +331,23 @@ fn restore_replaces_a_scheduled_task_and_of_a_key_given_twice_the_later_entry_wi
         (vec![start + 200], vec![start + 1], vec![start + 400])
     );
     assert_eq!(ledger.runs(0), 0);
+
+    // In bulk, keys in every map, each given twice: the later entry wins, earlier or later.
+    let (keys, start) = (20_000, timer.time().hi_res_clock_ms());
+    let first = (0..keys).map(|key| (key, 1_000 + key as i64 % 50));
+    let then = (0..keys).map(|key| (key, if key % 2 == 0 { 2_000 } else { 500 }));
+    let entries: Vec<_> = first
+        .chain(then)
+        .map(|(k, ms)| (k, wall(&*timer, ms)))
+        .collect();
+    let runs = Runs::default();
+    keyed.restore(entries, Lapsed::RunNow, |key| runs.task(*key, timer.time()));
+    assert_eq!(keyed.len(), keys as usize);
+    step(&timer, 3_000);
+    for key in 0..keys {
+        let at = start + if key % 2 == 0 { 2_000 } else { 500 };
+        assert_eq!(runs.of(key), [at], "key {key}");
+    }
 }
 
 #[test]
