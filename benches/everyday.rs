@@ -555,8 +555,9 @@ fn events_per_heartbeat(sides: &[&dyn Heartbeat], labels: &[&str], order: &[usiz
 /// handles the caller keeps, and `KeyedTimer::schedule` of a new task; every side scheduled
 /// by two threads (session i by thread i % 2). Per heartbeat: a pass over the sessions in one
 /// fixed random order per round (then one in key order), beside one dependent read at random
-/// (a pointer chase over `chain_mib=` 256 MiB: what one miss costs here); throughput: two
-/// threads on disjoint halves, heartbeats per second. The sides alternate within each round.
+/// (a pointer chase over `chain_mib=` 256 MiB: what one miss costs here), and hardware events
+/// per heartbeat where the machine counts them; throughput: two threads on disjoint halves,
+/// heartbeats per second. The sides alternate within each round.
 pub(crate) fn heartbeats() {
     let n = param("n", 1_000_000, 10_000);
     let (rounds, passes) = (param("rounds", 9, 3), param("passes", 4, 20));
