@@ -497,8 +497,8 @@ fn pass(side: &dyn Heartbeat, order: &[usize]) -> f64 {
     ns_per(order.len(), |k| side.beat(order[k], 10_000))
 }
 
-/// `len` words linked into one cycle in random order: following it is a chain of dependent
-/// reads at random, each a cache miss (and a TLB miss) once the chain is far larger than the
+/// Words linked into one cycle in random order: following it is a chain of dependent reads
+/// at random, each a cache miss (and a TLB miss) once the chain is far larger than the
 /// caches.
 struct RandomChain {
     next: Vec<usize>,
@@ -513,6 +513,7 @@ impl RandomChain {
     }
 }
 
+/// A [`RandomChain`] of `len` words.
 fn random_chain(len: usize) -> RandomChain {
     let order = shuffled(len, SEED);
     let mut next = vec![0; len];

@@ -1,5 +1,6 @@
 //! What every workload runs in: its parameters, its child processes, its tables, the seeded
-//! delays and the readings of `/proc` (RSS, CPU time, time waited for a CPU).
+//! delays, the readings of `/proc` (RSS, CPU time, time waited for a CPU) and the processor's
+//! event counters ([`Counters`]).
 //!
 //! A workload is a function, listed by name in `wheel.rs` or `memory.rs`. It takes its
 //! parameters from [`param`] and prints markdown tables: every run's figures, the
@@ -317,6 +318,7 @@ pub(crate) fn run_delay_ns() -> u64 {
 pub(crate) struct Counters(Vec<(&'static str, perf_event::Counter)>);
 
 impl Counters {
+    /// Opens a counter, stopped, for each of its events that this machine counts.
     pub(crate) fn open() -> Counters {
         use perf_event::Builder;
         use perf_event::events::{Cache, CacheId, CacheOp, CacheResult, Hardware};
