@@ -497,33 +497,16 @@ fn pass(side: &dyn Heartbeat, order: &[usize]) -> f64 {
     ns_per(order.len(), |k| side.beat(order[k], 10_000))
 }
 
-/// Words linked into one cycle in random order: following it is a chain of dependent reads
-/// at random, each a cache miss (and a TLB miss) once the chain is far larger than the
-/// caches.
-struct RandomChain {
-    next: Vec<usize>,
-    at: std::cell::Cell<usize>,
-}
-
-impl RandomChain {
-    /// Follows one link.
-    fn next(&self) -> usize {
-        self.at.set(self.next[self.at.get()]);
-        self.at.get()
-    }
-}
-
-/// A [`RandomChain`] of `len` words.
-fn random_chain(len: usize) -> RandomChain {
+/// `len` words linked into one cycle in random order: following it, from any word, is a
+/// chain of dependent reads at random, each a cache miss (and a TLB miss) once the chain is
+/// far larger than the caches.
+fn random_chain(len: usize) -> Vec<usize> {
     let order = shuffled(len, SEED);
     let mut next = vec![0; len];
     for (k, &i) in order.iter().enumerate() {
         next[i] = order[(k + 1) % len];
     }
-    RandomChain {
-        next,
-        at: std::cell::Cell::new(order[0]),
-    }
+    next
 }
 
 /// Where a heartbeat's nanoseconds go: each side's hardware events over one pass in `order`,
@@ -595,10 +578,10 @@ pub(crate) fn heartbeats() {
         pass(side, &order);
     }
     // The unit a heartbeat at random is made of, read in every round beside the sides.
-    let chain = random_chain(param("chain_mib", 256, 16) << 17);
+    let (chain, mut at) = (random_chain(param("chain_mib", 256, 16) << 17), 0);
     let ns = (0..rounds).map(|r| {
         let mut figures = alternating(r, 4, |s| pass(sides[s], &order));
-        figures.push(ns_per(1_000_000, |_| _ = black_box(chain.next())));
+        figures.push(ns_per(1_000_000, |_| at = black_box(chain[at])));
         figures
     });
     let title = format!("{n} sessions in random order: ns per heartbeat");
